@@ -1,0 +1,203 @@
+"""The ``marl`` command line: validate, cost, run and topology."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from marl.errors import ConfigError, MarlError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="llm-marl: simulate, price and train teams of LLM agents.")
+topology_app = typer.Typer(no_args_is_help=True, help="Inspect topology generators.")
+app.add_typer(topology_app, name="topology")
+out = Console()
+err = Console(stderr=True)
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Print the project's own errors without a traceback and exit with status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except MarlError as exc:
+            err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def parse_sets(pairs: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values are read as YAML (``k=3`` is an int, ``layers=[3,1]`` a list)."""
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {pair!r}: expected key=value, e.g. --set hub=a0.")
+        params[key.strip()] = yaml.safe_load(value)
+    return params
+
+
+@app.command()
+def validate(files: list[Path] = typer.Argument(..., help="Scenario files.")) -> None:
+    """Check scenario files; print every problem with its key path."""
+    from marl.team import load_team
+
+    failed = 0
+    for f in files:
+        try:
+            team = load_team(f)
+        except MarlError as exc:
+            failed += 1
+            err.print(f"[red]✗[/] {exc}", highlight=False)
+            continue
+        t = team.topo
+        out.print(f"[green]✓[/] {f}: {team.name}: {len(t.agents)} agents, "
+                  f"{team.scenario.topology.kind} topology ({len(t.edges())} edges, "
+                  f"{t.n_layers} layers per round), {team.rounds} round(s), {team.task.id}",
+                  highlight=False)
+    if failed:
+        err.print(f"{failed} of {len(files)} file(s) invalid.")
+        raise typer.Exit(2)
+
+
+def _token_table(title: str, rows: dict[str, dict[str, float]], total: dict[str, float],
+                 cost_key: str) -> Table:
+    table = Table(title=title)
+    for col in ("agent", "prompt", "cached", "completion", "total", "cost (USD)"):
+        table.add_column(col, justify="left" if col == "agent" else "right")
+    for name, r in [*rows.items(), ("TOTAL", total)]:
+        table.add_row(name, *(f"{r[k]:,.1f}" for k in ("prompt", "cached", "completion",
+                                                        "total")), f"{r[cost_key]:.8f}",
+                      style="bold" if name == "TOTAL" else None)
+    return table
+
+
+@app.command()
+@guarded
+def cost(scenario: Path, as_json: bool = typer.Option(False, "--json",
+                                                     help="Print JSON instead of tables.")) -> None:
+    """Predict tokens and cost of one episode from the topology and schedule."""
+    from marl.costing import predict_team, prediction_json
+    from marl.team import load_team
+
+    team = load_team(scenario)
+    data = prediction_json(team, predict_team(team))
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    total = {**data["tokens_per_episode"], "cost_usd": data["cost_usd_per_episode"]}
+    kind = "exact" if data["exact"] else "upper bound (messages at max_new_tokens)"
+    out.print(_token_table(f"{team.name}: predicted tokens per episode ({kind})",
+                           data["per_agent"], total, "cost_usd"))
+    edges = Table(title="per edge (tokens delivered per episode)")
+    for col in ("edge", "tokens", "cost (USD)"):
+        edges.add_column(col, justify="left" if col == "edge" else "right")
+    for name, e in data["per_edge"].items():
+        edges.add_row(name, str(e["tokens"]), f"{e['cost_usd']:.8f}")
+    out.print(edges)
+
+
+@app.command()
+@guarded
+def run(
+    scenario: Path,
+    policy: str | None = typer.Option(None, help="Override every policy: scripted | random."),
+    episodes: int = typer.Option(100, min=1, help="Episodes to play."),
+    seed: int | None = typer.Option(None, help="Seed (default: the scenario's)."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Run directory (default runs/NAME)."),
+) -> None:
+    """Play episodes; print success, reward, tokens and cost; write summary.json and
+    episodes.jsonl."""
+    from marl.io import atomic_write_json, atomic_write_jsonl
+    from marl.runner import run as run_team
+    from marl.runner import summarize
+    from marl.team import load_team
+
+    team = load_team(scenario)
+    target = out_dir or Path("runs") / team.name
+    with _progress(episodes, f"{team.name}") as tick:
+        result = run_team(team, episodes, seed=seed, policy=policy, on_episode=tick)
+    summary = summarize(result, policy)
+    atomic_write_jsonl(target / "episodes.jsonl", result.episodes)
+    atomic_write_json(target / "summary.json", summary)
+    total = {**summary["tokens_per_episode"], "cost": summary["cost_usd_per_episode"]}
+    rows = {a: {**r, "cost": r["cost_usd_per_episode"]} for a, r in summary["per_agent"].items()}
+    out.print(_token_table(f"{team.name}: tokens per episode ({episodes} episodes)", rows,
+                           total, "cost"))
+    out.print(f"success rate {summary['success_rate']:.3f}  reward {summary['reward_mean']:.4f}"
+              f"  (score {summary['score_mean']:.4f} − token penalty "
+              f"{summary['token_penalty_mean']:.4f})  {summary['episodes_per_s']:.1f} episodes/s",
+              highlight=False)
+    out.print(f"wrote {target / 'summary.json'} and {target / 'episodes.jsonl'}", highlight=False)
+
+
+class _progress:
+    """A progress bar on a terminal, plain lines every 10% otherwise."""
+
+    def __init__(self, total: int, label: str):
+        self.total, self.label = total, label
+        self.bar = None
+
+    def __enter__(self) -> Callable[[int], None]:
+        if sys.stderr.isatty():
+            from rich.progress import Progress
+
+            self.bar = Progress(console=err, transient=True)
+            self.bar.start()
+            task = self.bar.add_task(self.label, total=self.total)
+            return lambda done: self.bar.update(task, completed=done)
+        step = max(1, self.total // 10)
+
+        def tick(done: int) -> None:
+            if done % step == 0 or done == self.total:
+                err.print(f"{self.label}: {done}/{self.total} episodes", highlight=False)
+
+        return tick
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@topology_app.command("show")
+@guarded
+def topology_show(
+    kind: str,
+    agents: int = typer.Option(4, min=1, max=256, help="Number of agents a0..aN-1."),
+    sets: list[str] = typer.Option([], "--set", help="Generator parameter key=value."),
+    out_png: Path | None = typer.Option(None, "--out", help="Write a PNG drawing here."),
+) -> None:
+    """Print (and optionally draw) a built-in topology."""
+    from orchestration.compile import compile_topology
+    from orchestration.draw import draw_png, render_text
+    from orchestration.topologies import TopologyError, build
+
+    ids = [f"a{i}" for i in range(agents)]
+    try:
+        graph = build(kind, ids, **parse_sets(sets))
+        compile_topology(graph)
+    except TopologyError as exc:
+        raise ConfigError(f"{kind}: {exc}") from None
+    out.print(render_text(graph), highlight=False)
+    if out_png is not None:
+        out.print(f"wrote {draw_png(graph, out_png, title=f'{kind} ({agents} agents)')}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""The team of LLM agents as a PettingZoo ``ParallelEnv``.
+
+One ``step()`` is one layer of the schedule: the agents of that layer act together, each
+reading the messages its in-edges deliver. Observations and actions are text (gymnasium
+``Text`` over :data:`~marl.tokenizer.CHARSET`). Any action is legal input: empty, over-long
+(truncated to the policy's token limit), outside the charset (replaced by ``?``), not a
+string at all; each case is flagged in ``infos[agent]["flags"]``, never an exception.
+Agents not scheduled in the current layer observe a note saying so; their actions are
+ignored and cost nothing.
+
+After the last layer of the last round the answer agents' final messages give the team
+answer. Every agent then receives the team reward ``score − penalty_per_1k · tokens/1000``
+(tokens = prompt + completion of the whole episode); ``infos`` carry both terms.
+``infos[agent]["ledger"]`` holds that agent's ledger rows for the step.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium.spaces import Text
+from pettingzoo import ParallelEnv
+
+from marl import prompts
+from marl.costing import predict_team
+from marl.ledger import LedgerRow, make_row
+from marl.scenario import Scenario
+from marl.team import Team, load_team
+from marl.tokenizer import CHARSET, CharTokenizer, Tokenizer, common_prefix
+
+_MISSING = object()
+
+
+def make_env(scenario: str | Path | dict[str, Any] | Scenario | Team, seed: int | None = None,
+             tokenizer: Tokenizer | None = None) -> TeamEnv:
+    """Build the environment of a scenario (path, parsed data, model or resolved team)."""
+    team = scenario if isinstance(scenario, Team) else load_team(scenario)
+    return TeamEnv(team, seed=seed, tokenizer=tokenizer)
+
+
+class TeamEnv(ParallelEnv):
+    metadata = {"name": "llm_marl_team_v0", "render_modes": ["ansi"], "is_parallelizable": True}
+
+    def __init__(self, team: Team, seed: int | None = None, tokenizer: Tokenizer | None = None,
+                 render_mode: str | None = "ansi"):
+        self.team = team
+        self.tokenizer = tokenizer or CharTokenizer()
+        self.render_mode = render_mode
+        self.possible_agents = list(team.ids)
+        self.agents: list[str] = []
+        self._seed = team.scenario.seed if seed is None else seed
+        self._rng: np.random.Generator | None = None
+        self.episode = -1
+        # Longest prompt each agent can see: every message at its token limit.
+        bound = predict_team(team, CharTokenizer(), completion=lambda a, r: team.max_new_tokens(a))
+        longest = {a: max(c.prompt for (b, _), c in bound.per_call.items() if b == a)
+                   for a in team.ids}
+        note = len(prompts.waiting("x", team.rounds, team.topo.n_layers)) + 40
+        self._obs_space = {a: Text(max(longest[a], note) + 32, charset=CHARSET) for a in team.ids}
+        self._act_space = {a: Text(team.max_new_tokens(a), min_length=0, charset=CHARSET)
+                           for a in team.ids}
+
+    def observation_space(self, agent: str) -> Text:
+        return self._obs_space[agent]
+
+    def action_space(self, agent: str) -> Text:
+        return self._act_space[agent]
+
+    @property
+    def scheduled(self) -> tuple[str, ...]:
+        """Agents acting in the current step (empty once the episode is over)."""
+        return self.team.topo.layers[self.layer] if self.agents else ()
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        if seed is not None or self._rng is None:
+            self._rng = np.random.default_rng(self._seed if seed is None else seed)
+        self.episode += 1
+        self.instance = self.team.task.sample(self._rng)
+        self.round, self.layer = 0, 0
+        self.agents = list(self.possible_agents)
+        self._history = {a.id: prompts.header(a.id, a.role, self.instance.private[a.id],
+                                              prompts.one_line(a.prompt))
+                         for a in self.team.agents}
+        self._history_tokens = {a: self.tokenizer.count(h) for a, h in self._history.items()}
+        self._messages: dict[tuple[str, int], str] = {}
+        self._pending: dict[str, tuple[str, int, int, dict[str, int]]] = {}
+        self.rows: list[LedgerRow] = []
+        self.transcript: list[dict[str, Any]] = []
+        self.result: dict[str, Any] | None = None
+        obs = self._observe()
+        return obs, {a: self._info(a) for a in self.agents}
+
+    def _info(self, agent: str) -> dict[str, Any]:
+        return {"round": self.round, "layer": self.layer,
+                "scheduled": agent in self.scheduled,
+                "final_call": self.team.is_final_call(agent, self.round), "ledger": [],
+                "flags": {}}
+
+    def _observe(self) -> dict[str, str]:
+        obs = {}
+        for a in self.agents:
+            if a in self.scheduled:
+                obs[a] = self._prompt(a)
+            else:
+                obs[a] = prompts.waiting(a, self.round, self.layer)
+        return obs
+
+    def _prompt(self, agent: str) -> str:
+        """Build the agent's prompt for this round and remember its token counts."""
+        tok, rnd = self.tokenizer, self.round
+        parts = [prompts.turn_open(rnd)]
+        received: dict[str, int] = {}
+        for src, src_round in self.team.topo.inbox(agent, rnd):
+            line = prompts.message_line(src, self._messages[(src, src_round)])
+            parts.append(line)
+            received[src] = received.get(src, 0) + tok.count(line)
+        parts.append(prompts.query(agent, self.team.is_final_call(agent, rnd)))
+        history = self._history[agent]
+        prompt = history + "".join(parts)
+        if tok.prefix_stable:
+            n_prompt = self._history_tokens[agent] + tok.count(prompt[len(history):])
+            cached = self._history_tokens[agent] if rnd > 0 else 0
+        else:
+            ids = tok.encode(prompt)
+            n_prompt = len(ids)
+            cached = common_prefix(tok.encode(history), ids) if rnd > 0 else 0
+        self._pending[agent] = (prompt, n_prompt, cached, received)
+        return prompt
+
+    def _clean(self, agent: str, raw: Any) -> tuple[str, dict[str, Any]]:
+        """Any input becomes a legal message; what was changed is flagged."""
+        flags: dict[str, Any] = {}
+        if raw is _MISSING:
+            flags["missing"] = True
+            raw = ""
+        elif not isinstance(raw, str):
+            flags["invalid_type"] = type(raw).__name__
+            raw = ""
+        text, replaced = prompts.sanitize(raw)
+        if replaced:
+            flags["sanitized_chars"] = replaced
+        ids = self.tokenizer.encode(text)
+        limit = self.team.max_new_tokens(agent)
+        if len(ids) > limit:
+            flags["truncated_from"] = len(ids)
+            text = text[:limit] if self.tokenizer.prefix_stable else self.tokenizer.decode(
+                ids[:limit])
+        if not text:
+            flags["empty"] = True
+        return text, flags
+
+    def step(self, actions: dict[str, Any]):
+        if not self.agents:
+            return {}, {}, {}, {}, {}
+        infos = {a: self._info(a) for a in self.agents}
+        for a in actions:
+            if a in infos and a not in self.scheduled:
+                infos[a]["flags"]["ignored_action"] = True
+        for a in self.scheduled:
+            text, flags = self._clean(a, actions.get(a, _MISSING))
+            prompt, n_prompt, cached, received = self._pending.pop(a)
+            n_out = self.tokenizer.count(text)
+            row = make_row(self.episode, self.round, self.layer, a, self.team.models[a],
+                           self.team.prices[a], n_prompt, cached, n_out, received)
+            self.rows.append(row)
+            self._messages[(a, self.round)] = text
+            self._history[a] = prompt + text
+            self._history_tokens[a] = n_prompt + n_out
+            self.transcript.append({"round": self.round, "layer": self.layer, "agent": a,
+                                    "message": text, "flags": flags})
+            infos[a]["ledger"] = [row]
+            infos[a]["flags"].update(flags)
+        self.layer += 1
+        if self.layer == self.team.topo.n_layers:
+            self.layer, self.round = 0, self.round + 1
+        if self.round == self.team.rounds:
+            return self._finish(infos)
+        for a in self.agents:
+            infos[a].update(round=self.round, layer=self.layer, scheduled=a in self.scheduled,
+                            final_call=self.team.is_final_call(a, self.round))
+        obs = self._observe()
+        zeros = dict.fromkeys(self.agents, 0.0)
+        falses = dict.fromkeys(self.agents, False)
+        return obs, zeros, falses, dict(falses), infos
+
+    def _finish(self, infos: dict[str, dict[str, Any]]):
+        last = self.team.rounds - 1
+        answers = [self._messages[(a, last)] for a in self.team.answer_agents]
+        answer = self.team.task.team_answer(answers)
+        score = self.team.task.score(self.instance, answer)
+        tokens = sum(r.prompt_tokens + r.completion_tokens for r in self.rows)
+        penalty = float(self.team.penalty_per_1k * Decimal(tokens) / 1000)
+        cost = sum((r.cost_usd for r in self.rows), Decimal(0))
+        self.result = {"answer": answer, "answers": answers, "target": self.instance.answer,
+                       "score": score, "success": score >= 1.0, "token_penalty": penalty,
+                       "reward": score - penalty, "tokens": tokens, "cost_usd": cost}
+        done = self.agents
+        obs = {a: f"{a}: episode over after {self.team.rounds} round(s)." for a in done}
+        for a in done:
+            infos[a].update(self.result, scheduled=False, final_call=False)
+        rewards = dict.fromkeys(done, score - penalty)
+        self.agents = []
+        return obs, rewards, dict.fromkeys(done, True), dict.fromkeys(done, False), infos
+
+    def render(self) -> str:
+        """The transcript so far, one line per message."""
+        lines = [f"[round {m['round'] + 1} layer {m['layer'] + 1}] {m['agent']}> {m['message']}"
+                 for m in self.transcript]
+        if self.result:
+            lines.append(f"team answer {self.result['answer']!r} (target "
+                         f"{self.result['target']!r}) score {self.result['score']}")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,32 @@
+"""Policies that come from the task: the scripted oracle and a uniformly random policy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from marl.policies.base import Completion, Policy, Request
+from marl.tasks import Task
+
+
+class ScriptedPolicy(Policy):
+    """The task's oracle, acting from the observation text alone."""
+
+    def __init__(self, task: Task, seed: int = 0):
+        self.task = task
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        return [Completion(self.task.oracle(r.agent, r.observation, r.final)) for r in requests]
+
+
+class RandomPolicy(Policy):
+    """Uniformly random messages and answers of the task's format (chance level)."""
+
+    def __init__(self, task: Task, seed: int = 0):
+        self.task = task
+        self.rng = np.random.default_rng(seed)
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        return [Completion(self.task.random_message(r.agent, r.final, self.rng))
+                for r in requests]

@@ -1,0 +1,233 @@
+"""Scenario files: the strict schema and the loader.
+
+Loading is strict: an unknown key fails, naming the file, the key path, the closest valid
+key and the valid keys; a wrong type fails with the value seen. Structure is checked here
+(pydantic v2); cross-field meaning (agents, topology, answer reachability) in
+:mod:`marl.team`. Every problem found is reported at once, as a :class:`ScenarioError`.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from marl.errors import Problem, ScenarioError
+from orchestration.hints import did_you_mean
+
+MAX_AGENTS = 256
+
+
+class StrictModel(BaseModel):
+    """Frozen model whose unknown keys fail with a suggestion and the list of valid keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and cls.model_config.get("extra") == "forbid":
+            valid = list(cls.model_fields)
+            for key in data:
+                if key not in valid:
+                    raise PydanticCustomError(
+                        "unknown_key",
+                        "unknown key {key!r}.{hint} Valid keys: {valid}.",
+                        {"key": str(key), "hint": did_you_mean(key, valid),
+                         "valid": ", ".join(valid)},
+                    )
+        return data
+
+
+class AgentEntry(StrictModel):
+    """One agent, or with ``count`` a template of many (``id`` must contain ``{i}``)."""
+
+    id: str = Field(description="Agent id, or a template such as 'w{i}' when count is set.")
+    role: str = Field("agent", description="Free-text role shown to the agent.")
+    policy: str = Field("default", description="Name of an entry of `policies`.")
+    prompt: str = Field("", description="Instructions prepended to the agent's prompt.")
+    count: int | None = Field(None, ge=1, description="Expand into this many agents.")
+    start: int = Field(0, ge=0, description="First index substituted for {i}.")
+
+
+class PolicySpec(StrictModel):
+    """A policy; agents naming the same policy share its parameters."""
+
+    backend: str = Field("scripted", description="scripted | random (see `marl.policies`).")
+    max_new_tokens: int = Field(32, ge=1, le=4096, description="Token limit of one message.")
+    model: str | None = Field(None, description="Price-table model; default: costs.model.")
+
+
+class TaskSpec(StrictModel):
+    name: str = Field(description="Task id, e.g. gather_v0.")
+    params: dict[str, Any] = Field(default_factory=dict, description="The task's parameters.")
+
+
+class TopologySpec(BaseModel):
+    """``kind`` plus that generator's own parameters (checked by the generator)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    kind: str = Field(description="star | chain | ring | complete | debate | tree | ...")
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class AnswerSpec(StrictModel):
+    """Who answers: one agent (``answer: lead``) or a majority vote (``{vote: [a, b]}``)."""
+
+    agent: str | None = None
+    vote: list[str] | None = Field(None, min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"agent": data}
+        if not isinstance(data, dict):
+            raise PydanticCustomError(
+                "answer_type", "expected an agent id or {{vote: [ids]}}, got {got!r}.",
+                {"got": data},
+            )
+        if ("agent" in data) == ("vote" in data):
+            raise PydanticCustomError(
+                "answer_shape", "give exactly one of an agent id or {{vote: [ids]}}.", {}
+            )
+        return data
+
+    @property
+    def agents(self) -> list[str]:
+        return [self.agent] if self.agent is not None else list(self.vote or [])
+
+
+class ProtocolSpec(StrictModel):
+    rounds: int = Field(1, ge=1, le=1000, description="Rounds; every agent acts once a round.")
+    answer: AnswerSpec = Field(description="Agent id or {vote: [ids]} giving the team answer.")
+
+
+class CostSpec(StrictModel):
+    """Prices (LiteLLM field names, USD per token) and the reward's token penalty."""
+
+    model: str = Field("local", description="Entry of the bundled price table.")
+    input_cost_per_token: Decimal | None = Field(None, ge=0)
+    output_cost_per_token: Decimal | None = Field(None, ge=0)
+    cache_read_input_token_cost: Decimal | None = Field(None, ge=0)
+    penalty_per_1k: Decimal = Field(Decimal(0), ge=0, description="Reward lost per 1k tokens.")
+
+    @property
+    def overrides(self) -> dict[str, Decimal | None]:
+        return {"input_cost_per_token": self.input_cost_per_token,
+                "output_cost_per_token": self.output_cost_per_token,
+                "cache_read_input_token_cost": self.cache_read_input_token_cost}
+
+
+class Scenario(StrictModel):
+    name: str = Field(description="Scenario name.")
+    description: str = Field("", description="Free text.")
+    task: TaskSpec
+    agents: list[AgentEntry] = Field(description="Agents and agent templates.")
+    policies: dict[str, PolicySpec] = Field(default_factory=lambda: {"default": PolicySpec()})
+    topology: TopologySpec
+    protocol: ProtocolSpec
+    costs: CostSpec = Field(default_factory=CostSpec)
+    seed: int = Field(0, description="Default seed of episodes.")
+
+    @field_validator("agents", mode="before")
+    @classmethod
+    def _single_template(cls, v: Any) -> Any:
+        return [v] if isinstance(v, dict) else v
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _message(err: dict[str, Any]) -> tuple[tuple[int | str, ...], str]:
+    loc, kind, msg = tuple(err["loc"]), err["type"], err["msg"]
+    if kind == "unknown_key":
+        return (*loc, err["ctx"]["key"]), msg
+    if kind == "missing":
+        return loc, f"missing required key {loc[-1]!r}."
+    msg = msg.removeprefix("Value error, ")
+    if kind in ("answer_type", "answer_shape"):
+        return loc, msg
+    if kind in ("model_type", "dict_type"):
+        return loc, f"expected a mapping (key: value lines), got {err['input']!r}."
+    return loc, f"{msg[0].lower()}{msg[1:]} (got {err['input']!r})."
+
+
+def problems_from(exc: ValidationError, prefix: tuple[int | str, ...] = (),
+                  lines: dict[tuple, int] | None = None) -> list[Problem]:
+    """Turn a pydantic error into problems with dotted key paths under ``prefix``."""
+    out = []
+    for err in exc.errors():
+        loc, msg = _message(err)
+        full = (*prefix, *loc)
+        out.append(Problem(_path(full), msg, line_of(lines, full)))
+    return out
+
+
+def line_of(lines: dict[tuple, int] | None, loc: tuple) -> int | None:
+    """Line of the deepest known node on ``loc``."""
+    if not lines:
+        return None
+    for n in range(len(loc), -1, -1):
+        if loc[:n] in lines:
+            return lines[loc[:n]]
+    return None
+
+
+def _index_lines(node: yaml.Node, loc: tuple = (), out: dict | None = None) -> dict:
+    out = {} if out is None else out
+    out.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            key = (*loc, k.value)
+            out[key] = k.start_mark.line + 1
+            _index_lines(v, key, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            _index_lines(v, (*loc, i), out)
+    return out
+
+
+def read_yaml(path: str | Path) -> tuple[Any, dict[tuple, int]]:
+    """Parse a YAML file; returns the data and a key-path -> line index."""
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        problem = Problem("", f"cannot read the file: {exc.strerror}.")
+        raise ScenarioError(source, [problem]) from None
+    try:
+        data = yaml.safe_load(text)
+        node = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        what = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError(source, [Problem("", f"YAML syntax error: {what}. Check the "
+                                                 "indentation and quoting there.", line)]) from None
+    return data, (_index_lines(node) if node is not None else {})
+
+
+def parse_scenario(data: Any, source: str | None = None,
+                   lines: dict[tuple, int] | None = None) -> Scenario:
+    """Validate the structure of already-parsed scenario data."""
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        keys = ", ".join(Scenario.model_fields)
+        problem = Problem("", f"the file must hold a mapping with keys {keys}; got {got}.")
+        raise ScenarioError(source, [problem])
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(source, problems_from(exc, lines=lines)) from None

@@ -1,0 +1,118 @@
+"""What every task provides: private information, fixed-width message formats, a scripted
+oracle that acts from its observation text alone, a random policy, and a score.
+
+Messages and private texts have a fixed length per agent, so the cost model can predict
+the tokens of scripted and random teams exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from marl.errors import Problem
+
+
+class TaskParams(BaseModel):
+    """Base of every task's parameter model: strict, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One procedurally generated task instance."""
+
+    private: dict[str, str]  # agent -> its private text (fixed length per agent)
+    answer: str  # the correct team answer
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9_\-]*)> (.*)$")
+
+
+def inbox_messages(observation: str, agents: Sequence[str]) -> list[tuple[str, str]]:
+    """Every ``src> message`` line of a prompt, in order, from known agents only.
+
+    Lines before the first round marker (header and scenario prompt) are skipped.
+
+    >>> inbox_messages("you are b (x). v\\n[round 1]\\na> 12\\nb>", ["a", "b"])
+    [('a', '12')]
+    """
+    known = set(agents)
+    out = []
+    started = False
+    for line in observation.split("\n"):
+        if line.startswith("[round "):
+            started = True
+            continue
+        m = _LINE.match(line) if started else None
+        if m and m.group(1) in known:
+            out.append((m.group(1), m.group(2)))
+    return out
+
+
+def private_text(observation: str) -> str:
+    """The private information on an observation's first line (after ``). ``)."""
+    first = observation.split("\n", 1)[0]
+    return first.split("). ", 1)[1] if "). " in first else ""
+
+
+class Task(ABC):
+    """A team task. Subclasses set ``id`` and ``Params`` and implement the hooks below."""
+
+    id: ClassVar[str]
+    Params: ClassVar[type[TaskParams]]
+
+    def __init__(self, params: TaskParams, agents: Sequence[str], answer_agents: Sequence[str]):
+        self.params = params
+        self.agents = tuple(agents)
+        self.answer_agents = tuple(answer_agents)
+
+    def check(self) -> list[Problem]:
+        """Cross-field problems of this task with this team (paths start at ``task``)."""
+        return []
+
+    @abstractmethod
+    def required_sources(self) -> set[str]:
+        """Agents whose private information every answer agent needs to answer correctly."""
+
+    @abstractmethod
+    def sample(self, rng: np.random.Generator) -> Instance: ...
+
+    @abstractmethod
+    def message_length(self, agent: str) -> int:
+        """Characters of ``agent``'s oracle and random messages."""
+
+    @property
+    @abstractmethod
+    def answer_length(self) -> int:
+        """Characters of an answer."""
+
+    @abstractmethod
+    def oracle(self, agent: str, observation: str, final: bool) -> str:
+        """The scripted policy: act from the observation text alone."""
+
+    @abstractmethod
+    def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
+        """A uniformly random message (or answer) of the right format."""
+
+    def output_length(self, agent: str, final: bool) -> int:
+        return self.answer_length if final else self.message_length(agent)
+
+    def team_answer(self, answers: Sequence[str]) -> str:
+        """Majority of the answer agents' answers; ties go to the earliest voter."""
+        counts = Counter(a.strip() for a in answers)
+        best = max(counts.values())
+        return next(a.strip() for a in answers if counts[a.strip()] == best)
+
+    def score(self, instance: Instance, answer: str) -> float:
+        """1.0 for the correct answer, else 0.0 (surrounding spaces ignored)."""
+        return float(answer.strip() == instance.answer)

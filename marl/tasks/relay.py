@@ -1,0 +1,86 @@
+"""relay_v0: carry a fact across several hops.
+
+Agents
+    One *source* agent (``params.source``, default: the first agent that is not an answer
+    agent) knows a fact; the answer agents must state it. Everyone else relays.
+Private information
+    The source sees ``fact: kqzw``; everyone else ``fact: ????``.
+Messages
+    ``fact_length`` lowercase letters: the fact if known, otherwise ``?`` marks.
+Answer
+    The fact.
+Reward
+    1 if the team states the fact exactly, else 0 (chance: 26^-fact_length).
+Oracle
+    Send the fact as soon as it is known (own or read); answer it.
+
+Version history
+    v0: initial version.
+"""
+
+from __future__ import annotations
+
+import string
+
+import numpy as np
+from pydantic import Field
+
+from marl.errors import Problem
+from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, private_text
+from orchestration.hints import did_you_mean, listing
+
+LETTERS = string.ascii_lowercase
+
+
+class RelayParams(TaskParams):
+    fact_length: int = Field(4, ge=1, le=16, description="Letters in the fact.")
+    source: str | None = Field(None, description="Agent that knows the fact.")
+
+
+class Relay(Task):
+    id = "relay_v0"
+    Params = RelayParams
+    params: RelayParams
+
+    @property
+    def source(self) -> str:
+        if self.params.source:
+            return self.params.source
+        return next((a for a in self.agents if a not in self.answer_agents), self.agents[0])
+
+    def check(self) -> list[Problem]:
+        src = self.params.source
+        if src is not None and src not in self.agents:
+            return [Problem("task.params.source", f"unknown agent {src!r}."
+                            f"{did_you_mean(src, self.agents)} Agents: {listing(self.agents)}.")]
+        return []
+
+    def required_sources(self) -> set[str]:
+        return {self.source}
+
+    def sample(self, rng: np.random.Generator) -> Instance:
+        n = self.params.fact_length
+        fact = "".join(rng.choice(list(LETTERS), size=n))
+        private = {a: f"fact: {'?' * n}" for a in self.agents}
+        private[self.source] = f"fact: {fact}"
+        return Instance(private, fact)
+
+    def message_length(self, agent: str) -> int:
+        return self.params.fact_length
+
+    @property
+    def answer_length(self) -> int:
+        return self.params.fact_length
+
+    def oracle(self, agent: str, observation: str, final: bool) -> str:
+        n = self.params.fact_length
+        own = private_text(observation).removeprefix("fact: ")
+        if len(own) == n and all(c in LETTERS for c in own):
+            return own
+        for _, msg in inbox_messages(observation, self.agents):
+            if len(msg) == n and all(c in LETTERS for c in msg):
+                return msg
+        return "?" * n
+
+    def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
+        return "".join(rng.choice(list(LETTERS), size=self.params.fact_length))

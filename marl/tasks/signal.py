@@ -1,0 +1,129 @@
+"""signal_v0: a referential game.
+
+Agents
+    A *speaker* (``params.speaker``, default: the first agent that is not an answer agent)
+    and one or more *listeners* (the answer agents). Any other agents may relay.
+Private information
+    The speaker sees the target word (``target: kqz``). Listeners see the K candidate
+    words in an order private to the episode (``candidates: 0=abc 1=kqz ...``). Everyone
+    else sees ``target: ???``.
+Messages
+    ``message_length`` lowercase letters (default: the word length). Candidates differ in
+    their first ``message_length`` letters, so a prefix always identifies the target.
+Answer
+    One digit: the target's index in the listener's candidate list.
+Reward
+    1 if the team names the target, else 0 (chance: 1/K).
+Oracle
+    The speaker sends the target's prefix; relays forward the first prefix they read;
+    listeners answer the index of the candidate with that prefix.
+
+Version history
+    v0: initial version.
+"""
+
+from __future__ import annotations
+
+import string
+
+import numpy as np
+from pydantic import Field
+
+from marl.errors import Problem
+from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, private_text
+from orchestration.hints import did_you_mean, listing
+
+LETTERS = string.ascii_lowercase
+
+
+class SignalParams(TaskParams):
+    candidates: int = Field(4, ge=2, le=10, description="Number of candidate words K.")
+    word_length: int = Field(3, ge=1, le=8, description="Letters per candidate word.")
+    message_length: int | None = Field(
+        None, ge=1, le=8, description="Letters per message; default: word_length."
+    )
+    speaker: str | None = Field(None, description="Agent that sees the target.")
+
+
+class Signal(Task):
+    id = "signal_v0"
+    Params = SignalParams
+    params: SignalParams
+
+    @property
+    def m(self) -> int:
+        p = self.params
+        return min(p.message_length or p.word_length, p.word_length)
+
+    @property
+    def speaker(self) -> str:
+        if self.params.speaker:
+            return self.params.speaker
+        return next((a for a in self.agents if a not in self.answer_agents), self.agents[0])
+
+    def check(self) -> list[Problem]:
+        p = self.params
+        if p.speaker is not None and p.speaker not in self.agents:
+            return [Problem("task.params.speaker", f"unknown agent {p.speaker!r}."
+                            f"{did_you_mean(p.speaker, self.agents)} Agents: "
+                            f"{listing(self.agents)}.")]
+        if self.speaker in self.answer_agents:
+            return [Problem("task.params.speaker", f"the speaker {self.speaker!r} is also an "
+                            "answer agent, so the game is trivial; signal_v0 needs a speaker "
+                            "that is not among protocol.answer (add another agent or choose "
+                            "another speaker).")]
+        if 26**self.m < p.candidates:
+            return [Problem("task.params.message_length", f"{self.m} letters cannot tell "
+                            f"{p.candidates} candidates apart; raise message_length.")]
+        return []
+
+    def required_sources(self) -> set[str]:
+        return {self.speaker}
+
+    def sample(self, rng: np.random.Generator) -> Instance:
+        p = self.params
+        words: list[str] = []
+        while len(words) < p.candidates:
+            w = "".join(rng.choice(list(LETTERS), size=p.word_length))
+            if all(w[: self.m] != u[: self.m] for u in words):
+                words.append(w)
+        target = int(rng.integers(p.candidates))
+        order = [int(i) for i in rng.permutation(p.candidates)]  # listener's list order
+        shown = " ".join(f"{i}={words[j]}" for i, j in enumerate(order))
+        private = {a: f"target: {'?' * p.word_length}" for a in self.agents}
+        private[self.speaker] = f"target: {words[target]}"
+        for a in self.answer_agents:
+            private[a] = f"candidates: {shown}"
+        return Instance(private, str(order.index(target)), {"words": words, "target": target})
+
+    def message_length(self, agent: str) -> int:
+        return self.m
+
+    @property
+    def answer_length(self) -> int:
+        return 1
+
+    def _prefix(self, observation: str) -> str | None:
+        mine = private_text(observation)
+        if mine.startswith("target: ") and "?" not in mine:
+            return mine[len("target: "):][: self.m]
+        for _, msg in inbox_messages(observation, self.agents):
+            if len(msg) == self.m and all(c in LETTERS for c in msg):
+                return msg
+        return None
+
+    def oracle(self, agent: str, observation: str, final: bool) -> str:
+        prefix = self._prefix(observation)
+        if not final:
+            return prefix or "?" * self.m
+        candidates = private_text(observation).removeprefix("candidates: ").split()
+        for item in candidates:
+            index, _, word = item.partition("=")
+            if prefix is not None and word.startswith(prefix):
+                return index
+        return "0"
+
+    def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
+        if final:
+            return str(int(rng.integers(self.params.candidates)))
+        return "".join(rng.choice(list(LETTERS), size=self.m))

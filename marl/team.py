@@ -1,0 +1,273 @@
+"""A scenario resolved into a team: agents expanded, topology built and compiled, task,
+prices and policies looked up, and every cross-field invariant checked before anything
+runs. Problems are collected and reported together, each with its key path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+from pydantic import ValidationError
+
+from marl.errors import MarlError, Problem, ScenarioError
+from marl.policies import BACKENDS
+from marl.prices import price_table, token_price
+from marl.scenario import MAX_AGENTS, Scenario, line_of, parse_scenario, problems_from, read_yaml
+from marl.tasks import Task, task_class
+from marl.tokenizer import CHARSET
+from orchestration.compile import CompiledTopology, compile_topology, knowledge, rounds_needed
+from orchestration.cost import TokenPrice
+from orchestration.hints import did_you_mean, listing
+from orchestration.topologies import TopologyError, build
+
+AGENT_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,31}$")
+#: Backends whose message lengths are fixed by the task, so token counts are exact.
+FIXED_LENGTH_BACKENDS = ("scripted", "random")
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: str
+    role: str
+    policy: str
+    prompt: str
+
+
+@dataclass(frozen=True)
+class Team:
+    """Everything the environment, cost model and runner need, checked and resolved."""
+
+    scenario: Scenario
+    source: str | None
+    agents: tuple[Agent, ...]
+    graph: nx.DiGraph
+    topo: CompiledTopology
+    task: Task
+    answer_agents: tuple[str, ...]
+    prices: dict[str, TokenPrice]
+    models: dict[str, str]
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(a.id for a in self.agents)
+
+    @property
+    def rounds(self) -> int:
+        return self.scenario.protocol.rounds
+
+    @property
+    def name(self) -> str:
+        return self.scenario.name
+
+    @property
+    def penalty_per_1k(self) -> Decimal:
+        return self.scenario.costs.penalty_per_1k
+
+    def agent(self, agent_id: str) -> Agent:
+        return self.agents[self.topo.index[agent_id]]
+
+    def max_new_tokens(self, agent_id: str) -> int:
+        return self.scenario.policies[self.agent(agent_id).policy].max_new_tokens
+
+    def backend(self, agent_id: str) -> str:
+        return self.scenario.policies[self.agent(agent_id).policy].backend
+
+    def is_final_call(self, agent_id: str, rnd: int) -> bool:
+        return rnd == self.rounds - 1 and agent_id in self.answer_agents
+
+
+def load_team(scenario: str | Path | dict[str, Any] | Scenario, source: str | None = None) -> Team:
+    """Load, validate and resolve a scenario given as a path, parsed data, or a model."""
+    lines: dict[tuple, int] = {}
+    if isinstance(scenario, (str, Path)):
+        source = str(scenario)
+        data, lines = read_yaml(scenario)
+        scenario = parse_scenario(data, source, lines)
+    elif isinstance(scenario, dict):
+        scenario = parse_scenario(scenario, source)
+    problems: list[Problem] = []
+    team = _resolve(scenario, source, problems)
+    if problems:
+        fixed = [Problem(p.path, p.message, p.line or line_of(lines, _loc(p.path)))
+                 for p in problems]
+        raise ScenarioError(source, fixed)
+    assert team is not None
+    return team
+
+
+def _loc(path: str) -> tuple:
+    parts: list[int | str] = []
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", path):
+        parts.append(int(index) if index else name)
+    return tuple(parts)
+
+
+def _expand_agents(scn: Scenario, problems: list[Problem]) -> list[Agent]:
+    agents: list[Agent] = []
+    where: dict[str, str] = {}
+    for i, entry in enumerate(scn.agents):
+        path = f"agents[{i}]"
+        if entry.count is None:
+            ids = [entry.id]
+        elif "{i}" not in entry.id:
+            problems.append(Problem(f"{path}.id", f"a template with count needs '{{i}}' in its "
+                                    f"id (e.g. 'w{{i}}'), got {entry.id!r}."))
+            continue
+        elif entry.count > MAX_AGENTS:
+            problems.append(Problem(f"{path}.count", f"{entry.count} agents exceed the limit "
+                                    f"of {MAX_AGENTS}; use a smaller count."))
+            continue
+        else:
+            ids = [entry.id.replace("{i}", str(entry.start + k)) for k in range(entry.count)]
+        for agent_id in ids:
+            if not AGENT_ID.match(agent_id):
+                problems.append(Problem(f"{path}.id", f"invalid agent id {agent_id!r}: use a "
+                                        "letter then up to 31 letters, digits, '_' or '-'."))
+            elif agent_id in where:
+                problems.append(Problem(f"{path}.id", f"duplicate agent id {agent_id!r} "
+                                        f"(also {where[agent_id]}); agent ids must be unique."))
+            else:
+                where[agent_id] = path
+                agents.append(Agent(agent_id, entry.role, entry.policy, entry.prompt))
+        if entry.policy not in scn.policies:
+            names = list(scn.policies)
+            problems.append(Problem(f"{path}.policy", f"unknown policy {entry.policy!r}."
+                                    f"{did_you_mean(entry.policy, names)} Defined policies: "
+                                    f"{listing(names)}; add it under `policies`."))
+        bad = sorted({c for c in entry.prompt + entry.role if c not in CHARSET})
+        if bad:
+            problems.append(Problem(f"{path}.prompt", f"characters {''.join(bad)!r} are outside "
+                                    "the environment's charset (printable ASCII); remove them."))
+    if not agents and not problems:
+        problems.append(Problem("agents", "the team is empty; list at least one agent."))
+    if len(agents) > MAX_AGENTS:
+        problems.append(Problem("agents", f"{len(agents)} agents exceed the limit of "
+                                f"{MAX_AGENTS}; use fewer agents."))
+    return agents
+
+
+def _check_policies(scn: Scenario, problems: list[Problem]) -> None:
+    models = list(price_table())
+    for name, spec in scn.policies.items():
+        if spec.backend not in BACKENDS:
+            valid = list(BACKENDS)
+            problems.append(Problem(f"policies.{name}.backend", f"unknown backend "
+                                    f"{spec.backend!r}.{did_you_mean(spec.backend, valid)} "
+                                    f"Valid backends: {listing(valid)}."))
+        if spec.model is not None and spec.model not in models:
+            problems.append(_unknown_model(f"policies.{name}.model", spec.model))
+    if scn.costs.model not in models:
+        problems.append(_unknown_model("costs.model", scn.costs.model))
+
+
+def _unknown_model(path: str, model: str) -> Problem:
+    models = list(price_table())
+    return Problem(path, f"unknown price model {model!r}.{did_you_mean(model, models)} Models "
+                   f"in the bundled table: {listing(models, limit=20)}; or set "
+                   "costs.input_cost_per_token / output_cost_per_token yourself.")
+
+
+def _build_task(scn: Scenario, ids: list[str], answer: list[str],
+                problems: list[Problem]) -> Task | None:
+    try:
+        cls = task_class(scn.task.name)
+    except MarlError as exc:
+        problems.append(Problem("task.name", str(exc)))
+        return None
+    try:
+        params = cls.Params.model_validate(scn.task.params)
+    except ValidationError as exc:
+        problems.extend(problems_from(exc, prefix=("task", "params")))
+        return None
+    return cls(params, ids, answer)
+
+
+def _build_topology(scn: Scenario, ids: list[str],
+                    problems: list[Problem]) -> tuple[nx.DiGraph, CompiledTopology] | None:
+    try:
+        graph = build(scn.topology.kind, ids, **scn.topology.params)
+        return graph, compile_topology(graph)
+    except TopologyError as exc:
+        problems.append(Problem(f"topology.{exc.key or 'kind'}", str(exc)))
+        return None
+
+
+def _check_answer(scn: Scenario, ids: list[str], problems: list[Problem]) -> list[str]:
+    spec = scn.protocol.answer
+    path = "protocol.answer" + (".vote" if spec.vote is not None else "")
+    good = []
+    for i, a in enumerate(spec.agents):
+        at = f"{path}[{i}]" if spec.vote is not None else path
+        if a not in ids:
+            problems.append(Problem(at, f"unknown agent {a!r}.{did_you_mean(a, ids)} Agents: "
+                                    f"{listing(ids)}."))
+        elif a in good:
+            problems.append(Problem(at, f"agent {a!r} is listed twice; each voter votes once."))
+        else:
+            good.append(a)
+    return good
+
+
+def _check_flow(scn: Scenario, task: Task, topo: CompiledTopology,
+                problems: list[Problem]) -> None:
+    """Every answer agent must be able to learn what the task needs within the rounds."""
+    rounds = scn.protocol.rounds
+    needed = task.required_sources()
+    known = knowledge(topo, rounds)
+    for a in task.answer_agents:
+        missing = sorted(needed - known[a], key=topo.index.__getitem__)
+        if not missing:
+            continue
+        more = rounds_needed(topo, a, needed, limit=max(4 * len(topo.agents), rounds + 1))
+        fix = (f"raise protocol.rounds to {more}" if more else
+               f"add edges so that a path leads from {listing(missing, 3)} to {a!r}")
+        problems.append(Problem("protocol.answer", f"answer agent {a!r} cannot receive the "
+                                f"information of {listing(missing, 5)} within {rounds} round(s), "
+                                f"but {task.id} needs it; {fix}."))
+
+
+def _check_lengths(scn: Scenario, team_agents: list[Agent], task: Task,
+                   problems: list[Problem]) -> None:
+    seen = set()
+    for agent in team_agents:
+        spec = scn.policies.get(agent.policy)
+        if spec is None or agent.policy in seen:
+            continue
+        need = task.answer_length if agent.id in task.answer_agents else 0
+        if spec.backend in FIXED_LENGTH_BACKENDS:
+            need = max(need, task.message_length(agent.id))
+        if spec.max_new_tokens < need:
+            seen.add(agent.policy)
+            problems.append(Problem(f"policies.{agent.policy}.max_new_tokens", f"{task.id} "
+                                    f"needs {need} tokens per message from {agent.id!r} but the "
+                                    f"limit is {spec.max_new_tokens}; raise it to {need}."))
+
+
+def _resolve(scn: Scenario, source: str | None, problems: list[Problem]) -> Team | None:
+    agents = _expand_agents(scn, problems)
+    _check_policies(scn, problems)
+    ids = [a.id for a in agents]
+    if problems and not ids:
+        return None
+    answer = _check_answer(scn, ids, problems)
+    task = _build_task(scn, ids, answer, problems)
+    built = _build_topology(scn, ids, problems) if ids else None
+    if task is None or built is None or problems:
+        return None
+    graph, topo = built
+    problems.extend(task.check())
+    if problems:
+        return None
+    _check_flow(scn, task, topo, problems)
+    _check_lengths(scn, agents, task, problems)
+    models = {a.id: scn.policies[a.policy].model or scn.costs.model for a in agents}
+    prices = {a: token_price(m, scn.costs.overrides) for a, m in models.items()}
+    return Team(scn, source, tuple(agents), graph, topo, task, tuple(answer), prices, models)
+
+
+__all__ = ["AGENT_ID", "Agent", "Team", "load_team"]
