@@ -20,8 +20,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="llm-marl: simulate, price and train teams of LLM agents.")
 topology_app = typer.Typer(no_args_is_help=True, help="Inspect topology generators.")
 app.add_typer(topology_app, name="topology")
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:

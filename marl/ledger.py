@@ -7,7 +7,7 @@ Field names follow OpenAI's usage object where one exists (``prompt_tokens``,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -64,7 +64,8 @@ class Ledger:
     def extend(self, rows: Iterable[LedgerRow]) -> None:
         self.rows.extend(rows)
 
-    def _by(self, key) -> dict[Any, TokenCounts]:
+    def group(self, key: Callable[[LedgerRow], Any]) -> dict[Any, TokenCounts]:
+        """Token counts summed over rows with the same ``key(row)``."""
         out: dict[Any, TokenCounts] = {}
         for r in self.rows:
             k = key(r)
@@ -72,16 +73,16 @@ class Ledger:
         return out
 
     def per_agent(self) -> dict[str, TokenCounts]:
-        return self._by(lambda r: r.agent)
+        return self.group(lambda r: r.agent)
 
     def per_round(self) -> dict[int, TokenCounts]:
-        return self._by(lambda r: r.round)
+        return self.group(lambda r: r.round)
 
     def per_episode(self) -> dict[int, TokenCounts]:
-        return self._by(lambda r: r.episode)
+        return self.group(lambda r: r.episode)
 
     def per_call(self) -> dict[tuple[str, int], TokenCounts]:
-        return self._by(lambda r: (r.agent, r.round))
+        return self.group(lambda r: (r.agent, r.round))
 
     def per_edge(self) -> dict[tuple[str, str], int]:
         out: dict[tuple[str, str], int] = {}

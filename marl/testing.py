@@ -1,0 +1,109 @@
+"""The environment contract, shipped as library code so every scenario can be checked.
+
+``check_scenario(path)`` runs PettingZoo's ``parallel_api_test`` plus our own checks:
+observations inside their spaces, whole-episode determinism (PettingZoo's seed test
+compares only the first step), garbage actions never raising, and measured ledger totals
+equal to the cost model's prediction for scripted and random teams.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pettingzoo.test import parallel_api_test
+
+from marl.costing import predict_team
+from marl.env import TeamEnv, make_env
+from marl.runner import run
+from marl.team import Team, load_team
+
+GARBAGE: tuple[Any, ...] = ("", "x" * 10_000, "héllo ünïcode ✓", "line\nbreak\r\x00", None, 42,
+                            b"bytes", ["a", "list"], "\t\t", " " * 3)
+
+
+def check_api(team: Team, seed: int = 0) -> None:
+    """PettingZoo's parallel API test, and every observation inside its space."""
+    parallel_api_test(TeamEnv(team, seed=seed), num_cycles=1000)
+    env = TeamEnv(team, seed=seed)
+    obs, _ = env.reset(seed=seed)
+    for i in range(3):
+        for a in env.possible_agents:
+            env.action_space(a).seed(seed + i)
+        while env.agents:
+            for a, o in obs.items():
+                assert env.observation_space(a).contains(o), f"{a}: observation outside space"
+            actions = {a: env.action_space(a).sample() for a in env.agents}
+            obs, *_ = env.step(actions)
+        obs, _ = env.reset()
+
+
+def trace(env: TeamEnv, episodes: int, seed: int) -> list[Any]:
+    """Everything an env emits over ``episodes`` episodes of seeded random actions."""
+    out: list[Any] = []
+    obs, infos = env.reset(seed=seed)
+    for a in env.possible_agents:
+        env.action_space(a).seed(seed)
+    for _ in range(episodes):
+        out.append((obs, infos))
+        while env.agents:
+            actions = {a: env.action_space(a).sample() for a in env.scheduled}
+            step = env.step(actions)
+            out.append(step)
+            obs = step[0]
+        out.append((env.render(), env.result))
+        obs, infos = env.reset()
+    return out
+
+
+def check_determinism(team: Team, seed: int = 0, episodes: int = 3) -> None:
+    """Same seed -> identical observations, rewards, infos and ledgers for whole episodes."""
+    first = trace(TeamEnv(team, seed=seed), episodes, seed)
+    second = trace(TeamEnv(team, seed=seed), episodes, seed)
+    assert first == second, "same seed gave different episodes"
+
+
+def check_garbage(team: Team, seed: int = 0) -> None:
+    """Any action, of any type or length, is accepted and flagged; nothing raises."""
+    env = TeamEnv(team, seed=seed)
+    env.reset(seed=seed)
+    i = 0
+    while env.agents:
+        actions = {}
+        for a in env.scheduled:
+            actions[a] = GARBAGE[i % len(GARBAGE)]
+            i += 1
+        _, rewards, _, _, infos = env.step(actions)
+        for a, action in actions.items():
+            row, flags = infos[a]["ledger"][0], infos[a]["flags"]
+            assert row.completion_tokens <= team.max_new_tokens(a)
+            if not isinstance(action, str):
+                assert flags["invalid_type"] == type(action).__name__
+            elif len(action) > team.max_new_tokens(a):
+                assert flags["truncated_from"] == len(action)
+    assert env.result is not None and env.result["score"] in (0.0, 1.0)
+
+
+def check_prediction(team: Team, policy: str, episodes: int = 4, seed: int = 0) -> None:
+    """Measured ledger totals equal the cost model's prediction, per call, edge and cost."""
+    result = run(team, episodes, seed=seed, policy=policy)
+    pred = predict_team(team)
+    for e, counts in result.ledger.per_episode().items():
+        assert counts == pred.total, f"episode {e}: measured {counts} != predicted {pred.total}"
+    calls = result.ledger.group(lambda row: (row.episode, row.agent, row.round))
+    for (e, a, r), counts in calls.items():
+        assert counts == pred.per_call[(a, r)], f"episode {e} {a} round {r + 1}"
+    per_edge = {k: v // episodes for k, v in result.ledger.per_edge().items()}
+    assert per_edge == {k: v for k, v in pred.per_edge.items() if v}
+    assert result.ledger.cost() == pred.cost * episodes
+
+
+def check_scenario(scenario: str | Path | Team, seed: int = 0) -> None:
+    """Run every contract check on one scenario."""
+    team = scenario if isinstance(scenario, Team) else load_team(scenario)
+    check_api(team, seed)
+    check_determinism(team, seed)
+    check_garbage(team, seed)
+    for policy in ("scripted", "random"):
+        check_prediction(team, policy, seed=seed)
+    make_env(team).close()

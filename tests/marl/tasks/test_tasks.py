@@ -1,0 +1,69 @@
+import sys
+
+import numpy as np
+import pytest
+
+from marl.env import TeamEnv
+from marl.policies import Request
+from marl.policies.scripted import ScriptedPolicy
+from marl.runner import run
+from marl.tasks import TASKS, task_class
+from marl.team import load_team
+from tests.marl.conftest import ROOT, SCENARIOS
+
+
+@pytest.mark.parametrize("name", ["signal", "signal_star", "gather_star", "gather_chain",
+                                  "gather_tree", "gather_layered", "relay_chain", "relay_ring",
+                                  "relay_custom"])
+def test_oracle_is_perfect(name):
+    result = run(load_team(ROOT / "scenarios" / f"{name}.yaml"), 60, seed=11)
+    assert all(e["success"] for e in result.episodes)
+
+
+@pytest.mark.parametrize(("name", "chance", "tol"), [
+    ("signal", 1 / 4, 0.07), ("signal_star", 1 / 6, 0.06), ("gather_star", 1 / 10, 0.05),
+    ("vote_complete", 1 / 2, 0.08), ("relay_chain", 0.0, 0.01)])
+def test_random_policy_sits_near_chance(name, chance, tol):
+    result = run(load_team(ROOT / "scenarios" / f"{name}.yaml"), 300, seed=4, policy="random")
+    rate = sum(e["success"] for e in result.episodes) / 300
+    assert abs(rate - chance) <= tol
+
+
+def test_debate_beats_a_lone_noisy_agent():
+    team = load_team(ROOT / "scenarios" / "vote_debate.yaml")  # 5 agents, 3 classes, noise .4
+    result = run(team, 400, seed=2)
+    rate = sum(e["success"] for e in result.episodes) / 400
+    assert rate > (1 - 0.4) + 0.08
+
+
+def test_oracle_answers_from_its_observation_only():
+    # Workers that say nothing leave the lead's oracle guessing: success falls to ~chance.
+    env = TeamEnv(load_team(ROOT / "scenarios" / "gather_star.yaml"), seed=0)
+    lead = ScriptedPolicy(env.team.task)
+    wins = 0
+    for _ in range(200):
+        env.reset()
+        obs, *_ = env.step({a: "????????" for a in env.scheduled})
+        answer = lead.generate([Request("lead", obs["lead"], final=True)])[0].text
+        _, rewards, *_ = env.step({"lead": answer})
+        wins += rewards["lead"] == 1.0
+    assert wins < 40
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_private_texts_have_fixed_length(path):
+    task = load_team(path).task
+    lengths = {tuple(len(t) for t in task.sample(np.random.default_rng(s)).private.values())
+               for s in range(30)}
+    assert len(lengths) == 1
+
+
+@pytest.mark.parametrize("task_id", list(TASKS))
+def test_task_card(task_id):
+    cls = task_class(task_id)
+    assert cls.id == task_id
+    card = sys.modules[cls.__module__].__doc__
+    assert card.startswith(f"{task_id}: ")
+    for section in ("Agents", "Private information", "Messages", "Answer", "Reward",
+                    "Version history"):
+        assert f"\n{section}\n" in card
