@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -23,24 +24,11 @@ MAX_AGENTS = 256
 
 
 class StrictModel(BaseModel):
-    """Frozen model whose unknown keys fail with a suggestion and the list of valid keys."""
+    """Frozen model whose unknown keys fail; :func:`problems_from` words the error with the
+    closest valid key and the valid keys. (Pydantic's own check, unlike a validator that
+    raises, leaves the other problems of the same mapping reported too.)"""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict) and cls.model_config.get("extra") == "forbid":
-            valid = list(cls.model_fields)
-            for key in data:
-                if key not in valid:
-                    raise PydanticCustomError(
-                        "unknown_key",
-                        "unknown key {key!r}.{hint} Valid keys: {valid}.",
-                        {"key": str(key), "hint": did_you_mean(key, valid),
-                         "valid": ", ".join(valid)},
-                    )
-        return data
 
 
 class AgentEntry(StrictModel):
@@ -55,11 +43,24 @@ class AgentEntry(StrictModel):
 
 
 class PolicySpec(StrictModel):
-    """A policy; agents naming the same policy share its parameters."""
+    """A policy; agents naming the same policy share its parameters (and, for model
+    backends, its weights)."""
 
-    backend: str = Field("scripted", description="scripted | random (see `marl.policies`).")
+    backend: str = Field("tiny", description="tiny | hf | scripted | random.")
     max_new_tokens: int = Field(32, ge=1, le=4096, description="Token limit of one message.")
     model: str | None = Field(None, description="Price-table model; default: costs.model.")
+    temperature: float = Field(1.0, ge=0, le=10, description="Sampling temperature; 0 = greedy.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Sample among the k likeliest tokens; 0 = all.")
+    stop: list[str] = Field(default_factory=lambda: ["\n"],
+                            description="A message ends before the first of these strings.")
+    seed: int | None = Field(None, ge=0, description="Sampling seed; default: the run's.")
+    preset: str = Field("tiny", description="tiny backend: configs/model/NAME.yaml or a path.")
+    path: str | None = Field(None, description="Checkpoint directory (hf: required).")
+    lora: dict[str, Any] | None = Field(None, description="hf: LoRA {r, alpha, dropout, "
+                                                         "target_modules}.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32")
+    device: str = Field("cpu", description="cpu, cuda, cuda:1, ...")
 
 
 class TaskSpec(StrictModel):
@@ -91,12 +92,13 @@ class AnswerSpec(StrictModel):
             return {"agent": data}
         if not isinstance(data, dict):
             raise PydanticCustomError(
-                "answer_type", "expected an agent id or {{vote: [ids]}}, got {got!r}.",
-                {"got": data},
+                "answer_type", "expected an agent id or {vote: [ids]}, got {got}.",
+                {"got": repr(data)},
             )
-        if ("agent" in data) == ("vote" in data):
+        if (data.get("agent") is None) == (data.get("vote") is None):
             raise PydanticCustomError(
-                "answer_shape", "give exactly one of an agent id or {{vote: [ids]}}.", {}
+                "answer_shape", "give exactly one of an agent id or {vote: [ids]}, got {got}.",
+                {"got": repr(data)},
             )
         return data
 
@@ -135,7 +137,7 @@ class Scenario(StrictModel):
     topology: TopologySpec
     protocol: ProtocolSpec
     costs: CostSpec = Field(default_factory=CostSpec)
-    seed: int = Field(0, description="Default seed of episodes.")
+    seed: int = Field(0, ge=0, description="Default seed of episodes.")
 
     @field_validator("agents", mode="before")
     @classmethod
@@ -150,12 +152,32 @@ def _path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _message(err: dict[str, Any]) -> tuple[tuple[int | str, ...], str]:
+def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """Field names of the model at ``loc`` below ``model`` (through optionals, lists, dicts)."""
+    tp: Any = model
+    for part in loc:
+        inner = get_args(tp)[-1] if get_origin(tp) in (list, dict) else None
+        tp = _non_none(inner or tp.model_fields[part].annotation)
+    return list(tp.model_fields)
+
+
+def _non_none(tp: Any) -> Any:
+    """``X`` for ``X | None``, else ``tp``."""
+    if get_origin(tp) in (Union, UnionType):
+        return next(a for a in get_args(tp) if a is not type(None))
+    return tp
+
+
+def _message(err: dict[str, Any], model: type[BaseModel]) -> tuple[tuple[int | str, ...], str]:
     loc, kind, msg = tuple(err["loc"]), err["type"], err["msg"]
-    if kind == "unknown_key":
-        return (*loc, err["ctx"]["key"]), msg
+    if kind == "extra_forbidden":
+        key, valid = str(loc[-1]), _fields_at(model, loc[:-1])
+        return (*loc[:-1], key), (f"unknown key {key!r}.{did_you_mean(key, valid)} "
+                                  f"Valid keys: {', '.join(valid)}.")
     if kind == "missing":
         return loc, f"missing required key {loc[-1]!r}."
+    if loc and loc[-1] == "[key]":  # loc: (..., key, "[key]"); the key is a key, not an index
+        return (*loc[:-2], str(loc[-2])), f"key {err['input']!r} must be a string; quote it."
     msg = msg.removeprefix("Value error, ")
     if kind in ("answer_type", "answer_shape"):
         return loc, msg
@@ -164,12 +186,13 @@ def _message(err: dict[str, Any]) -> tuple[tuple[int | str, ...], str]:
     return loc, f"{msg[0].lower()}{msg[1:]} (got {err['input']!r})."
 
 
-def problems_from(exc: ValidationError, prefix: tuple[int | str, ...] = (),
+def problems_from(exc: ValidationError, model: type[BaseModel],
+                  prefix: tuple[int | str, ...] = (),
                   lines: dict[tuple, int] | None = None) -> list[Problem]:
-    """Turn a pydantic error into problems with dotted key paths under ``prefix``."""
+    """Turn ``model``'s validation error into problems with dotted key paths under ``prefix``."""
     out = []
     for err in exc.errors():
-        loc, msg = _message(err)
+        loc, msg = _message(err, model)
         full = (*prefix, *loc)
         out.append(Problem(_path(full), msg, line_of(lines, full)))
     return out
@@ -185,17 +208,22 @@ def line_of(lines: dict[tuple, int] | None, loc: tuple) -> int | None:
     return None
 
 
-def _index_lines(node: yaml.Node, loc: tuple = (), out: dict | None = None) -> dict:
+def _index_lines(node: yaml.Node, loc: tuple = (), out: dict | None = None,
+                 seen: set[int] | None = None) -> dict:
     out = {} if out is None else out
+    seen = set() if seen is None else seen
     out.setdefault(loc, node.start_mark.line + 1)
+    if id(node) in seen:  # an alias (`*a`), maybe recursive: its node is indexed already
+        return out
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             key = (*loc, k.value)
             out[key] = k.start_mark.line + 1
-            _index_lines(v, key, out)
+            _index_lines(v, key, out, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, v in enumerate(node.value):
-            _index_lines(v, (*loc, i), out)
+            _index_lines(v, (*loc, i), out, seen)
     return out
 
 
@@ -203,9 +231,13 @@ def read_yaml(path: str | Path) -> tuple[Any, dict[tuple, int]]:
     """Parse a YAML file; returns the data and a key-path -> line index."""
     source = str(path)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         problem = Problem("", f"cannot read the file: {exc.strerror}.")
+        raise ScenarioError(source, [problem]) from None
+    except UnicodeDecodeError as exc:
+        problem = Problem("", f"the file is not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                          f"offset {exc.start}); save it as UTF-8.")
         raise ScenarioError(source, [problem]) from None
     try:
         data = yaml.safe_load(text)
@@ -230,4 +262,4 @@ def parse_scenario(data: Any, source: str | None = None,
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ScenarioError(source, problems_from(exc, lines=lines)) from None
+        raise ScenarioError(source, problems_from(exc, Scenario, lines=lines)) from None

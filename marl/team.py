@@ -16,8 +16,17 @@ from pydantic import ValidationError
 
 from marl.errors import MarlError, Problem, ScenarioError
 from marl.policies import BACKENDS
+from marl.policies.tiny_config import TinyConfig
 from marl.prices import price_table, token_price
-from marl.scenario import MAX_AGENTS, Scenario, line_of, parse_scenario, problems_from, read_yaml
+from marl.scenario import (
+    MAX_AGENTS,
+    PolicySpec,
+    Scenario,
+    line_of,
+    parse_scenario,
+    problems_from,
+    read_yaml,
+)
 from marl.tasks import Task, task_class
 from marl.tokenizer import CHARSET
 from orchestration.compile import CompiledTopology, compile_topology, knowledge, rounds_needed
@@ -38,7 +47,7 @@ class Agent:
     prompt: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity
 class Team:
     """Everything the environment, cost model and runner need, checked and resolved."""
 
@@ -139,10 +148,12 @@ def _expand_agents(scn: Scenario, problems: list[Problem]) -> list[Agent]:
             problems.append(Problem(f"{path}.policy", f"unknown policy {entry.policy!r}."
                                     f"{did_you_mean(entry.policy, names)} Defined policies: "
                                     f"{listing(names)}; add it under `policies`."))
-        bad = sorted({c for c in entry.prompt + entry.role if c not in CHARSET})
-        if bad:
-            problems.append(Problem(f"{path}.prompt", f"characters {''.join(bad)!r} are outside "
-                                    "the environment's charset (printable ASCII); remove them."))
+        for field, text in (("role", entry.role), ("prompt", entry.prompt)):
+            bad = sorted({c for c in text if c not in CHARSET})
+            if bad:
+                problems.append(Problem(f"{path}.{field}", f"characters {''.join(bad)!r} are "
+                                        "outside the environment's charset (printable ASCII); "
+                                        "remove them."))
     if not agents and not problems:
         problems.append(Problem("agents", "the team is empty; list at least one agent."))
     if len(agents) > MAX_AGENTS:
@@ -161,8 +172,29 @@ def _check_policies(scn: Scenario, problems: list[Problem]) -> None:
                                     f"Valid backends: {listing(valid)}."))
         if spec.model is not None and spec.model not in models:
             problems.append(_unknown_model(f"policies.{name}.model", spec.model))
+        problems.extend(_check_backend_fields(f"policies.{name}", spec))
     if scn.costs.model not in models:
         problems.append(_unknown_model("costs.model", scn.costs.model))
+
+
+def _check_backend_fields(path: str, spec: PolicySpec) -> list[Problem]:
+    """Fields that only some backends use, and the paths they name."""
+    out = []
+    if spec.backend == "hf" and spec.path is None:
+        out.append(Problem(f"{path}.path", "the hf backend needs `path`: a local checkpoint "
+                           "directory holding config.json and the weights."))
+    if spec.path is not None and spec.backend in ("tiny", "hf") and not Path(spec.path).is_dir():
+        out.append(Problem(f"{path}.path", f"no such directory {spec.path!r}; give a checkpoint "
+                           "directory (relative paths are read from the working directory)."))
+    if spec.lora is not None and spec.backend != "hf":
+        out.append(Problem(f"{path}.lora", f"LoRA applies to the hf backend only, not "
+                           f"{spec.backend!r}; remove `lora` or set backend: hf."))
+    if spec.backend == "tiny" and spec.path is None:
+        try:
+            TinyConfig.from_preset(spec.preset)
+        except MarlError as exc:
+            out.append(Problem(f"{path}.preset", str(exc)))
+    return out
 
 
 def _unknown_model(path: str, model: str) -> Problem:
@@ -182,7 +214,7 @@ def _build_task(scn: Scenario, ids: list[str], answer: list[str],
     try:
         params = cls.Params.model_validate(scn.task.params)
     except ValidationError as exc:
-        problems.extend(problems_from(exc, prefix=("task", "params")))
+        problems.extend(problems_from(exc, cls.Params, prefix=("task", "params")))
         return None
     return cls(params, ids, answer)
 
@@ -239,8 +271,9 @@ def _check_lengths(scn: Scenario, team_agents: list[Agent], task: Task,
         if spec is None or agent.policy in seen:
             continue
         need = task.answer_length if agent.id in task.answer_agents else 0
-        if spec.backend in FIXED_LENGTH_BACKENDS:
-            need = max(need, task.message_length(agent.id))
+        # Every policy must leave room for the oracle's messages, so that any team can be
+        # run with --policy scripted or random for comparison.
+        need = max(need, task.message_length(agent.id))
         if spec.max_new_tokens < need:
             seen.add(agent.policy)
             problems.append(Problem(f"policies.{agent.policy}.max_new_tokens", f"{task.id} "
@@ -257,14 +290,16 @@ def _resolve(scn: Scenario, source: str | None, problems: list[Problem]) -> Team
     answer = _check_answer(scn, ids, problems)
     task = _build_task(scn, ids, answer, problems)
     built = _build_topology(scn, ids, problems) if ids else None
-    if task is None or built is None or problems:
+    if task is None or built is None:
         return None
     graph, topo = built
-    problems.extend(task.check())
+    task_problems = task.check()
+    problems.extend(task_problems)
+    if not task_problems:
+        _check_flow(scn, task, topo, problems)
+    _check_lengths(scn, agents, task, problems)
     if problems:
         return None
-    _check_flow(scn, task, topo, problems)
-    _check_lengths(scn, agents, task, problems)
     models = {a.id: scn.policies[a.policy].model or scn.costs.model for a in agents}
     prices = {a: token_price(m, scn.costs.overrides) for a, m in models.items()}
     return Team(scn, source, tuple(agents), graph, topo, task, tuple(answer), prices, models)

@@ -22,6 +22,10 @@ import networkx as nx
 
 from orchestration.hints import did_you_mean, listing
 
+#: Largest edge delay: delays are stored in an int64 matrix, and a delay beyond the
+#: longest episode (1000 rounds) would never deliver anything.
+MAX_DELAY = 1000
+
 
 class TopologyError(ValueError):
     """Invalid topology input; ``key`` names the offending parameter (e.g. ``"edges[2][1]"``)."""
@@ -69,9 +73,11 @@ def _member(value: Any, ids: Sequence[str], key: str) -> str:
     return value
 
 
-def _int(value: Any, key: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise TopologyError(f"{key}={value!r} is invalid; use an integer >= {minimum}.", key)
+def _int(value: Any, key: str, minimum: int, maximum: int | None = None) -> int:
+    too_big = maximum is not None and isinstance(value, Integral) and value > maximum
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum or too_big:
+        limit = f">= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
+        raise TopologyError(f"{key}={value!r} is invalid; use an integer {limit}.", key)
     return int(value)
 
 
@@ -161,7 +167,7 @@ def debate(agents: Sequence[str], delay: int = 1) -> nx.DiGraph:
     [('a', 'b', 2), ('b', 'a', 2)]
     """
     ids = _agents(agents)
-    delay = _int(delay, "delay", 1)
+    delay = _int(delay, "delay", 1, MAX_DELAY)
     G = _graph(ids)
     G.add_edges_from(((u, v) for u in ids for v in ids if u != v), delay=delay)
     return G
@@ -277,7 +283,7 @@ def _edge(entry: Any, i: int, ids: Sequence[str]) -> tuple[str, str, int]:
             "The only edge option is 'delay'.",
             key=f"edges[{i}][2].{unknown[0]}",
         )
-    delay = _int(options.get("delay", 0), f"edges[{i}][2].delay", 0)
+    delay = _int(options.get("delay", 0), f"edges[{i}][2].delay", 0, MAX_DELAY)
     if src == dst:
         raise TopologyError(
             f"edges[{i}]={entry!r} is a self-loop on {src!r}; topologies have no self-loops, "
