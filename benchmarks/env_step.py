@@ -4,7 +4,8 @@
 
 For a 3-agent and a 32-agent scenario it times whole episodes twice in the same process:
 the env alone (replaying messages recorded from scripted agents, so policy time is
-excluded) and env plus scripted policies. One env step is one layer of the schedule.
+excluded) and env plus scripted policies through the batched rollout engine. One env step is one
+layer of the schedule.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import time
 from pathlib import Path
 
 from marl.env import TeamEnv
-from marl.runner import build_policies, play_episode
+from marl.rollout import collect
+from marl.runner import build_policies
 from marl.team import load_team
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,15 +41,12 @@ def time_env_only(env: TeamEnv, episodes: int, messages: dict) -> tuple[float, i
 
 def bench(path: Path, episodes: int) -> dict[str, float]:
     team = load_team(path)
-    env = TeamEnv(team, seed=0)
-    policies = build_policies(team)
-    record = play_episode(env, policies)
+    policies = build_policies(team, "scripted")
+    record = collect(team, policies, episodes=1).records[0]
     messages = {(m["agent"], m["round"]): m["message"] for m in record["transcript"]}
     wall, steps, calls = time_env_only(TeamEnv(team, seed=0), episodes, messages)
     start = time.perf_counter()
-    env = TeamEnv(team, seed=0)
-    for _ in range(episodes):
-        play_episode(env, policies)
+    collect(team, policies, episodes=episodes)  # all episodes in one lockstep batch
     full = time.perf_counter() - start
     return {"steps_per_episode": steps / episodes, "env_steps_per_s": steps / wall,
             "env_calls_per_s": calls / wall, "with_policy_steps_per_s": steps / full,
@@ -68,7 +67,8 @@ def main() -> None:
               f"{r['env_calls_per_s']:14,.0f} {r['with_policy_steps_per_s']:16,.0f} "
               f"{r['with_policy_episodes_per_s']:14,.1f}")
     small, big = results.values()
-    print(f"agent calls/s, 32 agents vs 3 agents: {big['env_calls_per_s'] / small['env_calls_per_s']:.2f}x")
+    ratio = big["env_calls_per_s"] / small["env_calls_per_s"]
+    print(f"agent calls/s, 32 agents vs 3 agents: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

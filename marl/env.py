@@ -6,7 +6,8 @@ reading the messages its in-edges deliver. Observations and actions are text (gy
 (truncated to the policy's token limit), outside the charset (replaced by ``?``), not a
 string at all; each case is flagged in ``infos[agent]["flags"]``, never an exception.
 Agents not scheduled in the current layer observe a note saying so; their actions are
-ignored and cost nothing.
+ignored and cost nothing. ``reset(options={"episode": i})`` sets the episode index written
+into ledger rows (default: one more than the last).
 
 After the last layer of the last round the answer agents' final messages give the team
 answer. Every agent then receives the team reward ``score − penalty_per_1k · tokens/1000``
@@ -16,6 +17,8 @@ answer. Every agent then receives the team reward ``score − penalty_per_1k · 
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,34 +37,59 @@ from marl.tokenizer import CHARSET, CharTokenizer, Tokenizer, common_prefix
 _MISSING = object()
 
 
+Tokenizers = Mapping[str, Tokenizer] | Tokenizer | None
+
+
 def make_env(scenario: str | Path | dict[str, Any] | Scenario | Team, seed: int | None = None,
-             tokenizer: Tokenizer | None = None) -> TeamEnv:
+             tokenizers: Tokenizers = None) -> TeamEnv:
     """Build the environment of a scenario (path, parsed data, model or resolved team)."""
     team = scenario if isinstance(scenario, Team) else load_team(scenario)
-    return TeamEnv(team, seed=seed, tokenizer=tokenizer)
+    return TeamEnv(team, seed=seed, tokenizers=tokenizers)
+
+
+def per_agent(team: Team, tokenizers: Tokenizers) -> dict[str, Tokenizer]:
+    """One tokenizer per agent: a mapping as given, one for all, or the built-in one."""
+    if isinstance(tokenizers, Mapping):
+        return {a: tokenizers[a] for a in team.ids}
+    tok = tokenizers or CharTokenizer()
+    return dict.fromkeys(team.ids, tok)
+
+
+@functools.lru_cache(maxsize=64)
+def _spaces(team: Team, chars: tuple[int, ...]) -> tuple[dict[str, Text], dict[str, Text]]:
+    """Observation and action spaces; ``chars[i]``: longest token of agent i, in characters.
+
+    The observation bound is the longest prompt the agent can see, every message at its
+    token limit; it is computed once per team and shared by all its environments.
+    """
+    width = dict(zip(team.ids, chars, strict=True))
+    bound = predict_team(team, CharTokenizer(),
+                         completion=lambda a, r: team.max_new_tokens(a) * width[a])
+    longest = dict.fromkeys(team.ids, 0)
+    for (a, _), c in bound.per_call.items():
+        longest[a] = max(longest[a], c.prompt)
+    note = len(prompts.waiting("x", team.rounds, team.topo.n_layers)) + 40
+    obs = {a: Text(max(longest[a], note) + 32, charset=CHARSET) for a in team.ids}
+    act = {a: Text(team.max_new_tokens(a) * width[a], min_length=0, charset=CHARSET)
+           for a in team.ids}
+    return obs, act
 
 
 class TeamEnv(ParallelEnv):
     metadata = {"name": "llm_marl_team_v0", "render_modes": ["ansi"], "is_parallelizable": True}
 
-    def __init__(self, team: Team, seed: int | None = None, tokenizer: Tokenizer | None = None,
+    def __init__(self, team: Team, seed: int | None = None, tokenizers: Tokenizers = None,
                  render_mode: str | None = "ansi"):
         self.team = team
-        self.tokenizer = tokenizer or CharTokenizer()
+        self.tokenizers = per_agent(team, tokenizers)
         self.render_mode = render_mode
         self.possible_agents = list(team.ids)
         self.agents: list[str] = []
         self._seed = team.scenario.seed if seed is None else seed
         self._rng: np.random.Generator | None = None
         self.episode = -1
-        # Longest prompt each agent can see: every message at its token limit.
-        bound = predict_team(team, CharTokenizer(), completion=lambda a, r: team.max_new_tokens(a))
-        longest = {a: max(c.prompt for (b, _), c in bound.per_call.items() if b == a)
-                   for a in team.ids}
-        note = len(prompts.waiting("x", team.rounds, team.topo.n_layers)) + 40
-        self._obs_space = {a: Text(max(longest[a], note) + 32, charset=CHARSET) for a in team.ids}
-        self._act_space = {a: Text(team.max_new_tokens(a), min_length=0, charset=CHARSET)
-                           for a in team.ids}
+        chars = tuple(self.tokenizers[a].max_token_chars for a in team.ids)
+        self._obs_space, self._act_space = _spaces(team, chars)
 
     def observation_space(self, agent: str) -> Text:
         return self._obs_space[agent]
@@ -77,14 +105,14 @@ class TeamEnv(ParallelEnv):
     def reset(self, seed: int | None = None, options: dict | None = None):
         if seed is not None or self._rng is None:
             self._rng = np.random.default_rng(self._seed if seed is None else seed)
-        self.episode += 1
+        self.episode = (options or {}).get("episode", self.episode + 1)
         self.instance = self.team.task.sample(self._rng)
         self.round, self.layer = 0, 0
         self.agents = list(self.possible_agents)
         self._history = {a.id: prompts.header(a.id, a.role, self.instance.private[a.id],
                                               prompts.one_line(a.prompt))
                          for a in self.team.agents}
-        self._history_tokens = {a: self.tokenizer.count(h) for a, h in self._history.items()}
+        self._history_tokens = {a: self.tokenizers[a].count(h) for a, h in self._history.items()}
         self._messages: dict[tuple[str, int], str] = {}
         self._pending: dict[str, tuple[str, int, int, dict[str, int]]] = {}
         self.rows: list[LedgerRow] = []
@@ -110,7 +138,7 @@ class TeamEnv(ParallelEnv):
 
     def _prompt(self, agent: str) -> str:
         """Build the agent's prompt for this round and remember its token counts."""
-        tok, rnd = self.tokenizer, self.round
+        tok, rnd = self.tokenizers[agent], self.round
         parts = [prompts.turn_open(rnd)]
         received: dict[str, int] = {}
         for src, src_round in self.team.topo.inbox(agent, rnd):
@@ -142,12 +170,12 @@ class TeamEnv(ParallelEnv):
         text, replaced = prompts.sanitize(raw)
         if replaced:
             flags["sanitized_chars"] = replaced
-        ids = self.tokenizer.encode(text)
+        tok = self.tokenizers[agent]
+        ids = tok.encode(text)
         limit = self.team.max_new_tokens(agent)
         if len(ids) > limit:
             flags["truncated_from"] = len(ids)
-            text = text[:limit] if self.tokenizer.prefix_stable else self.tokenizer.decode(
-                ids[:limit])
+            text = tok.decode(ids[:limit])
         if not text:
             flags["empty"] = True
         return text, flags
@@ -162,7 +190,7 @@ class TeamEnv(ParallelEnv):
         for a in self.scheduled:
             text, flags = self._clean(a, actions.get(a, _MISSING))
             prompt, n_prompt, cached, received = self._pending.pop(a)
-            n_out = self.tokenizer.count(text)
+            n_out = self.tokenizers[a].count(text)
             row = make_row(self.episode, self.round, self.layer, a, self.team.models[a],
                            self.team.prices[a], n_prompt, cached, n_out, received)
             self.rows.append(row)

@@ -5,48 +5,38 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from marl.costing import predict_team, prediction_json
-from marl.env import TeamEnv
 from marl.errors import MarlError
 from marl.ledger import Ledger
-from marl.policies import BACKENDS, Policy, Request, policy_class
+from marl.policies import BACKENDS, Policy, build_policy
+from marl.rollout import collect
 from marl.team import Team
 from orchestration.hints import did_you_mean, listing
 
 
-def build_policies(team: Team, override: str | None = None, seed: int = 0) -> dict[str, Policy]:
+def build_policies(team: Team, override: str | None = None, seed: int = 0,
+                   checkpoint: Path | None = None) -> dict[str, Policy]:
     """One policy object per scenario policy (agents sharing a policy share it), keyed by
-    agent id. ``override`` replaces every policy's backend (e.g. ``random``)."""
+    agent id. ``override`` replaces every policy's backend (e.g. ``random``);
+    ``checkpoint`` is a directory with one trained-weights folder per policy name."""
     if override is not None and override not in BACKENDS:
         raise MarlError(f"unknown --policy {override!r}.{did_you_mean(override, list(BACKENDS))}"
                         f" Valid: {listing(list(BACKENDS))}.")
+    if checkpoint is not None and not Path(checkpoint).is_dir():
+        raise MarlError(f"--checkpoint {checkpoint}: no such directory; pass a run's "
+                        "checkpoint folder (it holds one folder per policy).")
     by_name: dict[str, Policy] = {}
     for i, (name, spec) in enumerate(team.scenario.policies.items()):
-        backend = override or spec.backend
-        by_name[name] = policy_class(backend)(team.task, seed=seed * 1000 + i)
+        if override is not None:
+            spec = spec.model_copy(update={"backend": override})
+        weights = Path(checkpoint) / name if checkpoint is not None else None
+        if weights is not None and not weights.is_dir():
+            weights = None  # this policy was not trained (e.g. scripted)
+        by_name[name] = build_policy(spec, team.task, seed=seed * 1000 + i, checkpoint=weights)
     return {a.id: by_name[a.policy] for a in team.agents}
-
-
-def play_episode(env: TeamEnv, policies: dict[str, Policy]) -> dict[str, Any]:
-    """Play one episode; returns its record (answer, score, transcript, ledger rows)."""
-    obs, infos = env.reset()
-    while env.agents:
-        groups: dict[int, tuple[Policy, list[Request]]] = {}
-        for a in env.scheduled:
-            policy = policies[a]
-            req = Request(a, obs[a], infos[a]["final_call"])
-            groups.setdefault(id(policy), (policy, []))[1].append(req)
-        actions = {}
-        for policy, reqs in groups.values():
-            for req, out in zip(reqs, policy.generate(reqs), strict=True):
-                actions[req.agent] = out.text
-        obs, _, _, _, infos = env.step(actions)
-    result = dict(env.result or {})
-    result["cost_usd"] = str(result["cost_usd"])
-    return {"episode": env.episode, **result, "transcript": env.transcript,
-            "ledger": [r.to_json() for r in env.rows]}
 
 
 @dataclass
@@ -58,20 +48,23 @@ class RunResult:
 
 
 def run(team: Team, episodes: int, seed: int | None = None, policy: str | None = None,
+        checkpoint: Path | None = None, batch_size: int = 64,
         on_episode: Callable[[int], None] | None = None) -> RunResult:
-    """Play ``episodes`` episodes; same seed, same results."""
+    """Play ``episodes`` episodes through the batched rollout engine, ``batch_size`` at a
+    time; same seed, same results."""
     if episodes < 1:
         raise MarlError(f"--episodes must be at least 1, got {episodes}.")
     seed = team.scenario.seed if seed is None else seed
-    env = TeamEnv(team, seed=seed)
-    policies = build_policies(team, policy, seed)
+    policies = build_policies(team, policy, seed, checkpoint)
     out = RunResult(team)
     start = time.perf_counter()
-    for i in range(episodes):
-        out.episodes.append(play_episode(env, policies))
-        out.ledger.extend(env.rows)
+    while len(out.episodes) < episodes:
+        n = min(batch_size, episodes - len(out.episodes))
+        batch = collect(team, policies, n, seed=seed, first_instance=len(out.episodes))
+        out.episodes.extend(batch.records)
+        out.ledger.extend(batch.rows)
         if on_episode:
-            on_episode(i + 1)
+            on_episode(len(out.episodes))
     out.wall_s = time.perf_counter() - start
     return out
 
@@ -104,6 +97,7 @@ def summarize(result: RunResult, policy: str | None = None) -> dict[str, Any]:
                       for a, c in ledger.per_agent().items()},
         "per_edge": {f"{u}->{v}": t / n for (u, v), t in ledger.per_edge().items()},
         "predicted_tokens_per_episode": predicted["tokens_per_episode"],
+        "tokens_per_s": ledger.total().completion / result.wall_s if result.wall_s else None,
         "wall_s": result.wall_s,
         "episodes_per_s": n / result.wall_s if result.wall_s > 0 else None,
     }

@@ -22,6 +22,8 @@ class Tokenizer(Protocol):
     name: str
     #: True when ``count(a + b) == count(a) + count(b)`` always holds, so prompt sizes add up.
     prefix_stable: bool
+    #: Longest text one token can decode to (bounds observation lengths in characters).
+    max_token_chars: int
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -42,6 +44,7 @@ class CharTokenizer:
 
     name = "char"
     prefix_stable = True
+    max_token_chars = 1
 
     def __init__(self, charset: str = CHARSET):
         self.charset = charset
@@ -63,6 +66,10 @@ class CharTokenizer:
 
     def count(self, text: str) -> int:
         return len(text)
+
+    def encode_prompt(self, observation: str) -> list[int]:
+        """Model input for an observation: BOS, then the text."""
+        return [self.bos_id, *self.encode(observation)]
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -1,20 +1,31 @@
-"""Policy backends. ``BACKENDS`` is the registry: backend name -> ``"module:Class"``."""
+"""Policy backends. ``BACKENDS`` is the registry: backend name -> ``"module:function"``, each
+building a :class:`Policy` from a scenario's policy spec."""
 
 from __future__ import annotations
 
 from importlib import import_module
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from marl.policies.base import Completion, Policy, Request
 
+if TYPE_CHECKING:
+    from marl.scenario import PolicySpec
+    from marl.tasks import Task
+
 BACKENDS: dict[str, str] = {
-    "scripted": "marl.policies.scripted:ScriptedPolicy",
-    "random": "marl.policies.scripted:RandomPolicy",
+    "scripted": "marl.policies.scripted:build_scripted",
+    "random": "marl.policies.scripted:build_random",
+    "tiny": "marl.policies.factory:build_tiny",
+    "hf": "marl.policies.factory:build_hf",
 }
 
 
-def policy_class(backend: str) -> type[Policy]:
-    module, attr = BACKENDS[backend].split(":")
-    return getattr(import_module(module), attr)
+def build_policy(spec: PolicySpec, task: Task, seed: int = 0,
+                 checkpoint: Path | None = None) -> Policy:
+    """The policy a scenario's spec describes; ``checkpoint`` holds trained weights."""
+    module, attr = BACKENDS[spec.backend].split(":")
+    return getattr(import_module(module), attr)(spec, task, seed, checkpoint)
 
 
-__all__ = ["BACKENDS", "Completion", "Policy", "Request", "policy_class"]
+__all__ = ["BACKENDS", "Completion", "Policy", "Request", "build_policy"]

@@ -11,6 +11,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from marl.tokenizer import CharTokenizer, Tokenizer
+
 
 @dataclass(frozen=True)
 class Request:
@@ -23,13 +25,28 @@ class Request:
 
 @dataclass(frozen=True)
 class Completion:
+    """The message, and for model backends the generated ids (stop token included), their
+    log-probs, why generation ended (``eos``, ``stop`` or ``length``) and the prompt ids."""
+
     text: str
     token_ids: tuple[int, ...] | None = None
     logprobs: tuple[float, ...] | None = None
+    finish: str | None = None
+    prompt_ids: tuple[int, ...] | None = None
 
 
 class Policy(ABC):
-    """Maps a batch of requests to completions."""
+    """Maps a batch of requests to completions.
+
+    ``tokenizer`` counts the agent's tokens in the ledger. Backends that report usage
+    themselves (remote APIs) will override how tokens are counted.
+    """
+
+    tokenizer: Tokenizer = CharTokenizer()
 
     @abstractmethod
-    def generate(self, requests: Sequence[Request]) -> list[Completion]: ...
+    def generate(self, requests: Sequence[Request], greedy: bool = False) -> list[Completion]:
+        """One completion per request; ``greedy`` asks for the most likely output."""
+
+    def reseed(self, seed: int) -> None:  # noqa: B027 - deterministic backends need nothing
+        """Restart the policy's sampling randomness from ``seed``."""

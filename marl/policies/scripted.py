@@ -16,7 +16,7 @@ class ScriptedPolicy(Policy):
     def __init__(self, task: Task, seed: int = 0):
         self.task = task
 
-    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+    def generate(self, requests: Sequence[Request], greedy: bool = False) -> list[Completion]:
         return [Completion(self.task.oracle(r.agent, r.observation, r.final)) for r in requests]
 
 
@@ -27,6 +27,17 @@ class RandomPolicy(Policy):
         self.task = task
         self.rng = np.random.default_rng(seed)
 
-    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+    def reseed(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def generate(self, requests: Sequence[Request], greedy: bool = False) -> list[Completion]:
         return [Completion(self.task.random_message(r.agent, r.final, self.rng))
                 for r in requests]
+
+
+def build_scripted(spec, task: Task, seed: int, checkpoint=None) -> ScriptedPolicy:
+    return ScriptedPolicy(task, seed)
+
+
+def build_random(spec, task: Task, seed: int, checkpoint=None) -> RandomPolicy:
+    return RandomPolicy(task, seed)

@@ -1,0 +1,150 @@
+"""Rollout throughput: our batched engine vs transformers' ``generate``, and where time goes.
+
+    python benchmarks/rollout.py [--batch 256] [--new-tokens 32] [--episodes 256]
+
+In one process, on the same batch of prompts (observations of a shipped scenario):
+1. generated tokens/s of the engine's sampling loop on a tiny HF Llama (the ``tiny``
+   preset's dimensions, built locally) vs ``model.generate`` on that same model;
+2. the same for the built-in ``tiny`` backend vs ``model.generate`` on the HF twin;
+3. a full ``collect`` of ``--episodes`` episodes with tiny policies, timing the model
+   forward (prefill + decode) against the whole rollout wall time: the rest is env,
+   routing, ledger, tokenising and padding.
+Every generation runs the full ``--new-tokens`` (no stop) so that token counts match.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from marl.policies.generation import Sampling, generate, left_pad
+from marl.policies.hf import load_hf
+from marl.policies.hf_local import build_tiny_hf
+from marl.policies.lm import LMPolicy
+from marl.policies.tiny import TinyCausalLM, TinyConfig, TinyLM
+from marl.rollout import collect
+from marl.runner import build_policies
+from marl.team import load_team
+from marl.tokenizer import CharTokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def batch_prompts(scenario: str, n: int) -> list[list[int]]:
+    """Observations of the scripted team, cycled to ``n`` prompts."""
+    team = load_team(ROOT / "scenarios" / scenario)
+    batch = collect(team, build_policies(team, "scripted"), episodes=max(1, n // 4), seed=0)
+    tok = CharTokenizer()
+    obs = []
+    for record in batch.records:
+        history = ""
+        for m in record["transcript"]:
+            history += f"{m['agent']}> {m['message']}\n"
+            obs.append(tok.encode_prompt(history))
+    return (obs * (n // len(obs) + 1))[:n]
+
+
+def engine_tps(model, prompts, new_tokens: int, reps: int) -> float:
+    s = Sampling(max_new_tokens=new_tokens, stop=())
+    gen = torch.Generator().manual_seed(0)
+    generate(model, prompts[:8], s, pad_id=0, eos_id=None, decode=CharTokenizer().decode,
+             generator=gen)  # warm-up
+    start = time.perf_counter()
+    for _ in range(reps):
+        out = generate(model, prompts, s, pad_id=0, eos_id=None, decode=CharTokenizer().decode,
+                       generator=gen)
+    return reps * int(out.mask.sum()) / (time.perf_counter() - start)
+
+
+@torch.inference_mode()
+def hf_generate_tps(hf_model, prompts, new_tokens: int, reps: int) -> float:
+    ids, mask = left_pad(prompts, 0)
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True,
+                  top_k=0, pad_token_id=0, eos_token_id=None)
+    hf_model.generate(input_ids=ids[:8], attention_mask=mask[:8].long(), **kwargs)
+    start = time.perf_counter()
+    for _ in range(reps):
+        out = hf_model.generate(input_ids=ids, attention_mask=mask.long(), **kwargs)
+    generated = out.shape[1] - ids.shape[1]
+    return reps * generated * len(prompts) / (time.perf_counter() - start)
+
+
+class Timed:
+    """Wraps a CausalLM and accumulates the seconds spent in its forward passes."""
+
+    def __init__(self, inner):
+        self.inner, self.device, self.seconds = inner, inner.device, 0.0
+
+    def _timed(self, fn, *args):
+        start = time.perf_counter()
+        out = fn(*args)
+        self.seconds += time.perf_counter() - start
+        return out
+
+    def prefill(self, *args):
+        return self._timed(self.inner.prefill, *args)
+
+    def decode(self, *args):
+        return self._timed(self.inner.decode, *args)
+
+    def logits(self, *args):
+        return self.inner.logits(*args)
+
+
+def rollout_share(episodes: int, new_tokens: int) -> tuple[float, float, float]:
+    team = load_team(ROOT / "scenarios" / "gather_star.yaml")
+    torch.manual_seed(0)
+    timed, made = [], {}
+    for name in team.scenario.policies:
+        model = Timed(TinyCausalLM(TinyLM(TinyConfig())))
+        timed.append(model)
+        made[name] = LMPolicy(model, CharTokenizer(), Sampling(max_new_tokens=new_tokens,
+                                                               stop=()))
+    policies = {a.id: made[a.policy] for a in team.agents}
+    collect(team, policies, episodes=4, seed=1)  # warm-up
+    for t in timed:
+        t.seconds = 0.0
+    start = time.perf_counter()
+    batch = collect(team, policies, episodes=episodes, seed=0)
+    wall = time.perf_counter() - start
+    forward = sum(t.seconds for t in timed)
+    return wall, forward, batch.generated_tokens / wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--episodes", type=int, default=256)
+    parser.add_argument("--reps", type=int, default=2)
+    args = parser.parse_args()
+    prompts = batch_prompts("gather_star.yaml", args.batch)
+    cfg = TinyConfig()
+    with tempfile.TemporaryDirectory() as tmp:
+        build_tiny_hf(Path(tmp) / "hf", hidden_size=cfg.n_embd, num_layers=cfg.n_layer,
+                      num_heads=cfg.n_head, intermediate_size=cfg.mlp_ratio * cfg.n_embd)
+        hf_lm, _ = load_hf(Path(tmp) / "hf")
+    hf_lm.model.eval()
+    tiny = TinyCausalLM(TinyLM(cfg).eval())
+    mean_prompt = sum(map(len, prompts)) / len(prompts)
+    print(f"batch {len(prompts)} prompts (mean {mean_prompt:.0f} tokens), {args.new_tokens} "
+          f"new tokens each, {torch.get_num_threads()} threads")
+    hf_ref = hf_generate_tps(hf_lm.model, prompts, args.new_tokens, args.reps)
+    hf_ours = engine_tps(hf_lm, prompts, args.new_tokens, args.reps)
+    tiny_ours = engine_tps(tiny, prompts, args.new_tokens, args.reps)
+    print(f"{'model':34} {'tokens/s':>10} {'vs HF generate':>15}")
+    print(f"{'HF Llama, transformers generate':34} {hf_ref:10,.0f} {1.0:14.2f}x")
+    print(f"{'HF Llama, llm-marl engine':34} {hf_ours:10,.0f} {hf_ours / hf_ref:14.2f}x")
+    print(f"{'tiny backend, llm-marl engine':34} {tiny_ours:10,.0f} {tiny_ours / hf_ref:14.2f}x")
+    wall, forward, tps = rollout_share(args.episodes, args.new_tokens)
+    print(f"collect({args.episodes} episodes of gather_star, tiny policies): {wall:.2f} s, "
+          f"{tps:,.0f} generated tokens/s; model forward {forward:.2f} s, outside the "
+          f"forward {100 * (wall - forward) / wall:.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Build model policies (``tiny``, ``hf``) from a scenario's policy spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from marl.errors import MarlError
+from marl.policies.generation import Sampling
+from marl.policies.lm import LMPolicy
+from marl.policies.tiny import TinyCausalLM, TinyConfig, TinyLM, load_tiny
+from marl.scenario import PolicySpec
+from marl.tasks import Task
+from marl.tokenizer import CharTokenizer
+
+
+def sampling_of(spec: PolicySpec) -> Sampling:
+    return Sampling(temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
+                    max_new_tokens=spec.max_new_tokens, stop=tuple(spec.stop))
+
+
+def build_tiny(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None) -> LMPolicy:
+    """A tiny transformer: from ``checkpoint`` (or ``spec.path``) if given, else freshly
+    initialised from ``spec.preset`` with ``seed``."""
+    source = checkpoint or (Path(spec.path) if spec.path else None)
+    if source is not None:
+        model = load_tiny(source)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = TinyLM(TinyConfig.from_preset(spec.preset))
+    if spec.dtype != "float32":
+        model = model.to(getattr(torch, spec.dtype))
+    lm = TinyCausalLM(model, _device(spec.device))
+    return LMPolicy(lm, CharTokenizer(), sampling_of(spec), seed=spec.seed or seed,
+                    module=model)
+
+
+def build_hf(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None) -> LMPolicy:
+    """A local Hugging Face checkpoint (``spec.path``), optionally with LoRA."""
+    from marl.policies.hf import load_hf
+
+    path = checkpoint or spec.path
+    lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, lora=spec.lora)
+    return LMPolicy(lm, tok, sampling_of(spec), seed=spec.seed or seed, module=lm.model)
+
+
+def _device(name: str) -> torch.device:
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise MarlError(f"device {name!r} was asked for but CUDA is not available here; "
+                        "set the policy's device to 'cpu'.")
+    return torch.device(name)

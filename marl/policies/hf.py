@@ -1,0 +1,272 @@
+"""The ``hf`` backend's model side: any local ``AutoModelForCausalLM`` checkpoint.
+
+:class:`HFCausalLM` adapts a transformers model to the
+:class:`~marl.policies.generation.CausalLM` protocol (prefill, then one forward per token
+against the model's own KV cache; no ``model.generate``), :class:`HFTokenizer` adapts its
+tokenizer to :class:`~marl.tokenizer.Tokenizer`, and :func:`load_hf` / :func:`save_hf`
+move both to and from a local directory, optionally with a LoRA adapter through peft.
+
+Position ids come from the left-padded mask (a row's first real token is position 0), so
+a padded prompt gives the same logits as the prompt alone. transformers and peft are
+imported inside the functions that need them (extra ``llm-marl[hf]``).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import json
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from marl.errors import MarlError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+LORA_DEFAULTS: dict[str, Any] = {"r": 8, "alpha": 16, "dropout": 0.0,
+                                 "target_modules": "all-linear"}
+
+
+def import_optional(module: str) -> Any:
+    """Import a package of the ``hf`` extra, or fail naming the extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MarlError(f"the hf backend needs the Python package {module!r}, which is not "
+                        f"installed ({e}); pip install 'llm-marl[hf]'") from e
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` bool mask -> position ids counting real tokens only (pads get 0)."""
+    return (mask.long().cumsum(-1) - 1).clamp_(min=0)
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a peft wrapper (whose ``forward`` takes ``**kwargs``)."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return model
+    return model.get_base_model() if isinstance(model, PeftModel) else model
+
+
+class HFCausalLM:
+    """:class:`~marl.policies.generation.CausalLM` over a transformers causal LM.
+
+    The cache is the model's own (a ``DynamicCache``, grown in place); ``max_new_tokens``
+    needs no reservation.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.device = model.device
+        params = inspect.signature(_unwrap(model).forward).parameters
+        # transformers 5.x renamed `past_key_values` to `cache` (inputs and outputs);
+        # older models and remote code still take the old name.
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        # Prefill needs only the last position's logits: skip the rest of the LM head.
+        self._last_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor,
+                max_new_tokens: int) -> tuple[torch.Tensor, Any]:
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
+                         use_cache=True, return_dict=True, **self._last_only)
+        return out.logits[:, -1], out[self._cache_kw]
+
+    def decode(self, ids: torch.Tensor, mask: torch.Tensor,
+               cache: Any) -> tuple[torch.Tensor, Any]:
+        # The new token's position is the number of real tokens before it.
+        pos = mask.sum(-1, keepdim=True) - 1  # (B, 1)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                         use_cache=True, return_dict=True, **{self._cache_kw: cache})
+        return out.logits[:, -1], out[self._cache_kw]
+
+    def logits(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
+                          use_cache=False, return_dict=True).logits
+
+
+class HFTokenizer:
+    """:class:`~marl.tokenizer.Tokenizer` over a transformers (fast) tokenizer.
+
+    ``encode`` adds no special tokens and ``decode`` drops them; prompts go through
+    :meth:`encode_prompt`, which applies the chat template when there is one.
+    """
+
+    prefix_stable = False
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, name: str | None = None):
+        self.tokenizer = tokenizer
+        self.name = name or f"hf:{Path(tokenizer.name_or_path).name}"
+        self.eos_id: int | None = tokenizer.eos_token_id
+        self.bos_id: int | None = tokenizer.bos_token_id
+        # Pads are masked out everywhere, so any id will do when there is no pad token.
+        pad = tokenizer.pad_token_id
+        self.pad_id: int = pad if pad is not None else self.eos_id or 0
+        self.vocab_size = len(tokenizer)
+        # Longest decoded token bounds how many characters a token limit allows.
+        pieces = tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
+        self.max_token_chars = max(1, *(len(p) for p in pieces if p))
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True,
+                                     clean_up_tokenization_spaces=False)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def render(self, observation: str) -> str:
+        """The prompt text the model reads: the chat template applied to one user turn, or
+        the observation after the BOS token (when the tokenizer has one)."""
+        if self.tokenizer.chat_template:
+            return self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": observation}],
+                add_generation_prompt=True, tokenize=False)
+        return (self.tokenizer.bos_token or "") + observation
+
+    def encode_prompt(self, observation: str) -> list[int]:
+        if self.tokenizer.chat_template:
+            return self.encode(self.render(observation))
+        bos = [] if self.bos_id is None else [self.bos_id]
+        return bos + self.encode(observation)
+
+
+def load_hf(path: str | Path, *, dtype: str = "float32", device: str | torch.device = "cpu",
+            lora: dict[str, Any] | None = None,
+            trust_remote_code: bool = False) -> tuple[HFCausalLM, HFTokenizer]:
+    """Load a local checkpoint directory (never the Hub) as an adapter and a tokenizer.
+
+    ``path`` holds either a full model (``config.json`` + weights) or a LoRA adapter saved
+    by :func:`save_hf` (``adapter_config.json``, whose base model is loaded from its
+    recorded local path). ``lora`` adds a fresh adapter: keys ``r``, ``alpha``, ``dropout``,
+    ``target_modules`` (defaults in :data:`LORA_DEFAULTS`); then only its weights train.
+    """
+    path = Path(path)
+    if dtype not in DTYPES:
+        raise MarlError(f"dtype {dtype!r} is not supported for HF models; "
+                        f"valid: {', '.join(DTYPES)}")
+    settings = _lora_settings(lora)
+    dev = _device(device)
+    adapter = _check_checkpoint(path)
+    if adapter and settings is not None:
+        raise MarlError(f"{path} already holds a LoRA adapter (adapter_config.json), so "
+                        "`lora` must not be given too; drop it to keep training that adapter")
+    transformers = import_optional("transformers")
+    base = path
+    if adapter:
+        base = Path(json.loads((path / "adapter_config.json").read_text())
+                    ["base_model_name_or_path"])
+        _check_checkpoint(base, what=f"base model of the LoRA adapter in {path}")
+    opts = {"local_files_only": True, "trust_remote_code": trust_remote_code}
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            base, dtype=DTYPES[dtype], **opts)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path, **opts)
+    except (OSError, ValueError, KeyError) as e:
+        raise MarlError(f"cannot load the HF checkpoint in {path}: {e}") from e
+    if adapter or settings is not None:
+        model = _attach_lora(model, path if adapter else None, settings)
+    return HFCausalLM(model.to(dev).eval()), HFTokenizer(tokenizer)
+
+
+def save_hf(model: HFCausalLM, tokenizer: HFTokenizer, path: str | Path, *,
+            merge: bool = False) -> Path:
+    """Write model and tokenizer into ``path`` atomically (a temp dir beside it, renamed).
+
+    A LoRA model saves only its adapter unless ``merge``, which writes a full checkpoint
+    with the adapter folded in (the live model keeps its adapter). Either loads back with
+    :func:`load_hf`.
+    """
+    net = model.model
+    if merge and net is not _unwrap(net):
+        net = copy.deepcopy(net).merge_and_unload()
+
+    def write(tmp: Path) -> None:
+        net.save_pretrained(tmp)
+        tokenizer.tokenizer.save_pretrained(tmp)
+
+    return _replace_dir(Path(path), write)
+
+
+def _attach_lora(model: torch.nn.Module, adapter: Path | None,
+                 settings: dict[str, Any] | None) -> torch.nn.Module:
+    """Wrap ``model`` with the saved adapter in ``adapter`` or a fresh one from ``settings``."""
+    peft = import_optional("peft")
+    with warnings.catch_warnings():
+        # peft 0.21 still reads an attribute that transformers 5.x deprecates.
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated",
+                                FutureWarning)
+        if adapter is not None:
+            return peft.PeftModel.from_pretrained(model, adapter, is_trainable=True)
+        return peft.get_peft_model(model, peft.LoraConfig(
+            r=settings["r"], lora_alpha=settings["alpha"], lora_dropout=settings["dropout"],
+            target_modules=settings["target_modules"], task_type="CAUSAL_LM"))
+
+
+def _device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise MarlError(f"device {device!r} is not a torch device ({e}); use e.g. 'cpu', "
+                        "'cuda' or 'cuda:1'") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise MarlError(f"device {device!r} asked for, but torch sees no CUDA GPU here; "
+                        "use device='cpu'")
+    return dev
+
+
+def _lora_settings(lora: dict[str, Any] | None) -> dict[str, Any] | None:
+    if lora is None:
+        return None
+    unknown = sorted(set(lora) - set(LORA_DEFAULTS))
+    if unknown:
+        raise MarlError(f"unknown LoRA setting(s) {', '.join(unknown)}; "
+                        f"valid: {', '.join(LORA_DEFAULTS)}")
+    return LORA_DEFAULTS | lora
+
+
+def _check_checkpoint(path: Path, what: str = "HF checkpoint") -> bool:
+    """Fail early, naming what is missing; returns whether ``path`` is a LoRA adapter."""
+    if not path.is_dir():
+        problem = "is a file, not a directory" if path.exists() else "does not exist"
+        raise MarlError(f"{what} directory {path} {problem}; pass a local directory "
+                        "holding config.json, the weights and the tokenizer (write one with "
+                        "save_hf or marl.policies.hf_local.build_tiny_hf)")
+    if (path / "config.json").is_file():
+        return False
+    if (path / "adapter_config.json").is_file():
+        return True
+    found = ", ".join(sorted(p.name for p in path.iterdir())[:10]) or "nothing"
+    raise MarlError(f"{what} directory {path} has no config.json (found: {found}); it is not "
+                    "a Hugging Face model directory (save_pretrained writes one)")
+
+
+def _replace_dir(path: Path, write: Callable[[Path], None]) -> Path:
+    """Run ``write(tmp)`` on a fresh directory beside ``path``, then swap it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    old = tmp.with_suffix(".old")
+    try:
+        write(tmp)
+        if path.exists():
+            path.rename(old)
+        tmp.rename(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not path.exists():
+            old.rename(path)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return path

@@ -1,0 +1,71 @@
+"""Language-model policies: any :class:`~marl.policies.generation.CausalLM` plus its tokenizer.
+
+``generate`` samples a batch of completions (token ids, per-token log-probs, text cut at
+the first stop string); ``score`` recomputes those log-probs under the current parameters,
+with gradients, for training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Protocol
+
+import torch
+
+from marl.policies.base import Completion, Policy, Request
+from marl.policies.generation import CausalLM, Sampling, completion_text, generate, score
+from marl.tokenizer import Tokenizer
+
+
+class LMTokenizer(Tokenizer, Protocol):
+    pad_id: int
+    eos_id: int | None
+
+    def encode_prompt(self, observation: str) -> list[int]: ...
+
+
+class LMPolicy(Policy):
+    """A trainable policy. ``parameters()`` are what an optimizer updates."""
+
+    def __init__(self, model: CausalLM, tokenizer: LMTokenizer, sampling: Sampling,
+                 seed: int = 0, module: torch.nn.Module | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+        self.module = module
+        self.generator = torch.Generator(device=model.device).manual_seed(seed)
+
+    def reseed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.module.parameters() if p.requires_grad] if self.module else []
+
+    def prompt_ids(self, requests: Sequence[Request]) -> list[list[int]]:
+        return [self.tokenizer.encode_prompt(r.observation) for r in requests]
+
+    def generate(self, requests: Sequence[Request], greedy: bool = False) -> list[Completion]:
+        if not requests:
+            return []
+        s = self.sampling
+        if greedy:
+            s = replace(s, temperature=0.0)
+        prompts = self.prompt_ids(requests)
+        out = generate(self.model, prompts, s, pad_id=self.tokenizer.pad_id,
+                       eos_id=self.tokenizer.eos_id, decode=self.tokenizer.decode,
+                       generator=self.generator)
+        tokens, logprobs, mask = out.tokens.cpu(), out.logprobs.cpu(), out.mask.cpu()
+        completions = []
+        for i in range(len(requests)):
+            ids = tokens[i][mask[i]].tolist()
+            text = completion_text(ids, self.tokenizer.decode, s.stop)
+            completions.append(Completion(text, tuple(ids), tuple(logprobs[i][mask[i]].tolist()),
+                                          out.finish[i], tuple(prompts[i])))
+        return completions
+
+    def score(self, prompts: Sequence[Sequence[int]],
+              completions: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs ``(B, L)`` and mask of ``completions`` after ``prompts`` (with grad)."""
+        return score(self.model, prompts, completions, pad_id=self.tokenizer.pad_id,
+                     temperature=self.sampling.temperature)

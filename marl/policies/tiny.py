@@ -1,0 +1,172 @@
+"""The built-in ``tiny`` backend: a small causal transformer over the character tokenizer.
+
+Pre-norm blocks (RMSNorm, multi-head attention with rotary position embeddings, GELU MLP),
+tied input/output embeddings, a static KV cache for generation. Positions come from the
+left-padded attention mask, so a padded prompt gives the same logits as an unpadded one.
+Presets live in ``configs/model/*.yaml`` as overrides of :class:`TinyConfig`'s defaults
+(the defaults are the ``tiny`` preset). Weights are saved as safetensors plus config.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from marl.errors import MarlError
+from marl.policies.tiny_config import TinyConfig
+
+
+def _rope(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotate pairs of channels of ``x (B, H, T, D)`` by angles ``pos (B, T) * freq``."""
+    d = x.shape[-1]
+    freq = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
+    ang = pos[:, None, :, None].float() * freq  # (B, 1, T, D/2)
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: TinyConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.norm1 = nn.RMSNorm(cfg.n_embd)
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        self.norm2 = nn.RMSNorm(cfg.n_embd)
+        self.up = nn.Linear(cfg.n_embd, cfg.mlp_ratio * cfg.n_embd, bias=False)
+        self.down = nn.Linear(cfg.mlp_ratio * cfg.n_embd, cfg.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, attn: torch.Tensor,
+                cache: tuple[torch.Tensor, torch.Tensor] | None, start: int) -> torch.Tensor:
+        b, t, c = x.shape
+        h = self.cfg.n_head
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, h, c // h).permute(2, 0, 3, 1, 4)
+        q, k = _rope(q, pos, self.cfg.rope_base), _rope(k, pos, self.cfg.rope_base)
+        if cache is not None:  # write this step's keys/values, attend over everything so far
+            kc, vc = cache
+            kc[:, :, start : start + t], vc[:, :, start : start + t] = k, v
+            k, v = kc[:, :, : start + t], vc[:, :, : start + t]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn)  # (B, H, T, D)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class TinyLM(nn.Module):
+    """A small causal language model; ``forward`` returns logits ``(B, T, V)``."""
+
+    def __init__(self, cfg: TinyConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm = nn.RMSNorm(cfg.n_embd)
+        self.apply(self._init)
+        for block in self.blocks:  # GPT-2 style: shrink residual projections with depth
+            for lin in (block.proj, block.down):
+                nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, *,
+                key_mask: torch.Tensor | None = None,
+                cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+                start: int = 0) -> torch.Tensor:
+        """``ids (B, T)`` at cache columns ``start..start+T``; ``key_mask (B, start+T)`` marks
+        real tokens among all keys (default: ``mask``)."""
+        key_mask = mask if key_mask is None else key_mask
+        t, s = ids.shape[1], key_mask.shape[1]
+        pos = (key_mask.long().cumsum(-1) - 1).clamp(min=0)[:, s - t :]
+        causal = torch.ones(t, s, dtype=torch.bool, device=ids.device).tril(s - t)
+        attn = causal[None] & key_mask[:, None, :]
+        # A padding query would see no key at all; let it see itself (its output is unused).
+        attn[:, torch.arange(t), torch.arange(s - t, s)] = True
+        x = self.embed(ids)
+        for i, block in enumerate(self.blocks):
+            x = block(x, pos, attn[:, None], cache[i] if cache is not None else None, start)
+        return self.norm(x) @ self.embed.weight.T
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+class TinyCausalLM:
+    """:class:`TinyLM` behind the :class:`~marl.policies.generation.CausalLM` protocol."""
+
+    def __init__(self, model: TinyLM, device: str | torch.device = "cpu"):
+        self.model = model.to(device)
+        self.device = torch.device(device)
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int):
+        cfg = self.model.cfg
+        b, p = ids.shape
+        shape = (b, cfg.n_head, p + max_new_tokens, cfg.n_embd // cfg.n_head)
+        dtype = self.model.embed.weight.dtype
+        cache = [(torch.empty(shape, device=self.device, dtype=dtype),
+                  torch.empty(shape, device=self.device, dtype=dtype))
+                 for _ in range(cfg.n_layer)]
+        logits = self.model(ids, mask, cache=cache, start=0)
+        return logits[:, -1], (cache, p)
+
+    def decode(self, ids: torch.Tensor, mask: torch.Tensor, cache: Any):
+        kv, used = cache
+        logits = self.model(ids, ids.new_ones(ids.shape, dtype=torch.bool), key_mask=mask,
+                            cache=kv, start=used)
+        return logits[:, -1], (kv, used + 1)
+
+    def logits(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.model(ids, mask)
+
+
+def save_tiny(model: TinyLM, path: str | Path) -> Path:
+    """Write ``config.json`` and ``model.safetensors`` into ``path`` atomically."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        (tmp / "config.json").write_text(json.dumps({"backend": "tiny", **asdict(model.cfg)},
+                                                    indent=2))
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(state, tmp / "model.safetensors")
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def load_tiny(path: str | Path) -> TinyLM:
+    """Load a model written by :func:`save_tiny`."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    cfg_file, weights = path / "config.json", path / "model.safetensors"
+    if not cfg_file.is_file() or not weights.is_file():
+        raise MarlError(f"{path} is not a tiny-model checkpoint: it needs config.json and "
+                        "model.safetensors (written by `marl train` or save_tiny).")
+    raw = json.loads(cfg_file.read_text())
+    raw.pop("backend", None)
+    model = TinyLM(TinyConfig(**raw))
+    model.load_state_dict(load_file(weights))
+    return model
