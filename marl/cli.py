@@ -86,14 +86,21 @@ def _token_table(title: str, rows: dict[str, dict[str, float]], total: dict[str,
 
 @app.command()
 @guarded
-def cost(scenario: Path, as_json: bool = typer.Option(False, "--json",
-                                                     help="Print JSON instead of tables.")) -> None:
+def cost(
+    scenario: Path,
+    policy: str | None = typer.Option(None, help="Predict as if every policy had this "
+                                                 "backend (scripted | random: exact)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
     """Predict tokens and cost of one episode from the topology and schedule."""
     from marl.costing import predict_team, prediction_json
+    from marl.policies import BACKENDS
     from marl.team import load_team
 
     team = load_team(scenario)
-    data = prediction_json(team, predict_team(team))
+    if policy is not None and policy not in BACKENDS:
+        raise ConfigError(f"unknown --policy {policy!r}; valid: {', '.join(BACKENDS)}.")
+    data = prediction_json(team, predict_team(team, backend=policy), backend=policy)
     if as_json:
         print(json.dumps(data, indent=2))
         return
@@ -113,10 +120,14 @@ def cost(scenario: Path, as_json: bool = typer.Option(False, "--json",
 @guarded
 def run(
     scenario: Path,
-    policy: str | None = typer.Option(None, help="Override every policy: scripted | random."),
+    policy: str | None = typer.Option(None, help="Override every policy's backend: "
+                                                 "scripted | random | tiny | hf."),
     episodes: int = typer.Option(100, min=1, help="Episodes to play."),
-    seed: int | None = typer.Option(None, help="Seed (default: the scenario's)."),
+    seed: int | None = typer.Option(None, min=0, help="Seed (default: the scenario's)."),
     out_dir: Path | None = typer.Option(None, "--out", help="Run directory (default runs/NAME)."),
+    checkpoint: Path | None = typer.Option(None, help="Trained weights: a directory with one "
+                                                      "folder per policy name."),
+    batch_size: int = typer.Option(64, min=1, help="Episodes played together in one batch."),
 ) -> None:
     """Play episodes; print success, reward, tokens and cost; write summary.json and
     episodes.jsonl."""
@@ -128,7 +139,8 @@ def run(
     team = load_team(scenario)
     target = out_dir or Path("runs") / team.name
     with _progress(episodes, f"{team.name}") as tick:
-        result = run_team(team, episodes, seed=seed, policy=policy, on_episode=tick)
+        result = run_team(team, episodes, seed=seed, policy=policy, checkpoint=checkpoint,
+                          batch_size=batch_size, on_episode=tick)
     summary = summarize(result, policy)
     atomic_write_jsonl(target / "episodes.jsonl", result.episodes)
     atomic_write_json(target / "summary.json", summary)
@@ -138,7 +150,8 @@ def run(
                            total, "cost"))
     out.print(f"success rate {summary['success_rate']:.3f}  reward {summary['reward_mean']:.4f}"
               f"  (score {summary['score_mean']:.4f} − token penalty "
-              f"{summary['token_penalty_mean']:.4f})  {summary['episodes_per_s']:.1f} episodes/s",
+              f"{summary['token_penalty_mean']:.4f})  {summary['episodes_per_s']:.1f} episodes/s"
+              f"  {summary['tokens_per_s']:,.0f} generated tokens/s",
               highlight=False)
     out.print(f"wrote {target / 'summary.json'} and {target / 'episodes.jsonl'}", highlight=False)
 

@@ -19,16 +19,19 @@ from marl.tokenizer import CharTokenizer, Tokenizer
 from orchestration.cost import CostPrediction, predict
 
 
-def expected_completion(team: Team, agent: str, rnd: int) -> int:
-    """Tokens ``agent`` is expected to write in round ``rnd``."""
-    if team.backend(agent) in FIXED_LENGTH_BACKENDS:
+def expected_completion(team: Team, agent: str, rnd: int, backend: str | None = None) -> int:
+    """Tokens ``agent`` is expected to write in round ``rnd`` (with ``backend`` overriding
+    the scenario's)."""
+    if (backend or team.backend(agent)) in FIXED_LENGTH_BACKENDS:
         return team.task.output_length(agent, team.is_final_call(agent, rnd))
     return team.max_new_tokens(agent)
 
 
 def predict_team(team: Team, tokenizer: Tokenizer | None = None,
-                 completion: Callable[[str, int], int] | None = None) -> CostPrediction:
-    """Predicted tokens and cost of one episode of ``team``."""
+                 completion: Callable[[str, int], int] | None = None,
+                 backend: str | None = None) -> CostPrediction:
+    """Predicted tokens and cost of one episode of ``team`` (every policy's backend replaced
+    by ``backend`` when given, as ``marl run --policy`` does)."""
     tok = tokenizer or CharTokenizer()
     # Private texts have a fixed length per agent, so any instance gives the header sizes.
     inst = team.task.sample(np.random.default_rng(0))
@@ -44,13 +47,15 @@ def predict_team(team: Team, tokenizer: Tokenizer | None = None,
         return tok.count(prompts.message_line(src, "x" * n))
 
     return predict(team.topo, team.rounds, header=header, turn=turn,
-                   completion=completion or (lambda a, r: expected_completion(team, a, r)),
+                   completion=completion or (
+                       lambda a, r: expected_completion(team, a, r, backend)),
                    line=line, prices=team.prices)
 
 
-def prediction_json(team: Team, pred: CostPrediction) -> dict[str, Any]:
+def prediction_json(team: Team, pred: CostPrediction,
+                    backend: str | None = None) -> dict[str, Any]:
     """The prediction in the same keys as ``summary.json`` of ``marl run``."""
-    exact = all(team.backend(a) in FIXED_LENGTH_BACKENDS for a in team.ids)
+    exact = all((backend or team.backend(a)) in FIXED_LENGTH_BACKENDS for a in team.ids)
     return {
         "scenario": team.name,
         "exact": exact,

@@ -152,6 +152,8 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, group_size: int) -> 
     for b in range(n):
         for j, (a, r) in enumerate(slots):
             c = calls[(b, a, r)]
+            if c.finish is not None:  # eos | stop | length (length: cut at max_new_tokens)
+                envs[b].transcript[j]["finish"] = c.finish
             if c.token_ids is not None and c.logprobs is not None:
                 m = len(c.token_ids)
                 tokens[b, j, :m] = torch.tensor(c.token_ids, dtype=torch.long)

@@ -81,7 +81,7 @@ def summarize(result: RunResult, policy: str | None = None) -> dict[str, Any]:
         return {k: v / n for k, v in counts.as_dict().items()}
 
     costs = ledger.cost_per_agent()
-    predicted = prediction_json(team, predict_team(team))
+    predicted = prediction_json(team, predict_team(team, backend=policy), backend=policy)
     return {
         "scenario": team.name,
         "policy": policy or {name: p.backend for name, p in team.scenario.policies.items()},

@@ -87,7 +87,7 @@ def check_garbage(team: Team, seed: int = 0) -> None:
 def check_prediction(team: Team, policy: str, episodes: int = 4, seed: int = 0) -> None:
     """Measured ledger totals equal the cost model's prediction, per call, edge and cost."""
     result = run(team, episodes, seed=seed, policy=policy)
-    pred = predict_team(team)
+    pred = predict_team(team, backend=policy)
     for e, counts in result.ledger.per_episode().items():
         assert counts == pred.total, f"episode {e}: measured {counts} != predicted {pred.total}"
     calls = result.ledger.group(lambda row: (row.episode, row.agent, row.round))

@@ -25,7 +25,7 @@ def test_prediction_detects_a_wrong_cost_model(monkeypatch):
 
     original = marl.costing.expected_completion
     monkeypatch.setattr(marl.costing, "expected_completion",
-                        lambda team, a, r: original(team, a, r) + (a == "middle"))
+                        lambda team, a, r, b=None: original(team, a, r, b) + (a == "middle"))
     with pytest.raises(AssertionError):
         check_prediction(team, "scripted", episodes=1)
 
@@ -68,8 +68,8 @@ def test_aggregates_and_tensors():
 
 def test_run_ledger_matches_summary_costs():
     team = load_team(ROOT / "scenarios" / "relay_custom.yaml")  # price override + penalty
-    result = run(team, 5, seed=0)
-    pred = predict_team(team)
+    result = run(team, 5, seed=0, policy="scripted")
+    pred = predict_team(team, backend="scripted")
     assert result.ledger.cost() == 5 * pred.cost
     assert team.prices["coder"].input == Decimal("2.0e-7")
     first = result.episodes[0]

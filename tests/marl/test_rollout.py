@@ -122,3 +122,10 @@ def test_failing_policy_gives_a_clear_error(team, policy, message):
     policies["lead"] = policy
     with pytest.raises(PolicyError, match=f"policy 'lead' .*{message}"):
         collect(team, policies, episodes=1, group_size=2, seed=0)
+
+
+def test_generation_cut_at_the_token_limit_is_reported(team):
+    batch = collect(team, tiny_policies(team, stop=(), max_new_tokens=3), episodes=1, seed=0)
+    finishes = [m["finish"] for m in batch.records[0]["transcript"]]
+    assert finishes == ["length"] * 4
+    assert int(batch.mask.sum()) == 4 * 3

@@ -16,7 +16,7 @@ from tests.marl.conftest import ROOT, SCENARIOS
                                   "gather_tree", "gather_layered", "relay_chain", "relay_ring",
                                   "relay_custom"])
 def test_oracle_is_perfect(name):
-    result = run(load_team(ROOT / "scenarios" / f"{name}.yaml"), 60, seed=11)
+    result = run(load_team(ROOT / "scenarios" / f"{name}.yaml"), 60, seed=11, policy="scripted")
     assert all(e["success"] for e in result.episodes)
 
 
@@ -31,7 +31,7 @@ def test_random_policy_sits_near_chance(name, chance, tol):
 
 def test_debate_beats_a_lone_noisy_agent():
     team = load_team(ROOT / "scenarios" / "vote_debate.yaml")  # 5 agents, 3 classes, noise .4
-    result = run(team, 400, seed=2)
+    result = run(team, 400, seed=2, policy="scripted")
     rate = sum(e["success"] for e in result.episodes) / 400
     assert rate > (1 - 0.4) + 0.08
 
