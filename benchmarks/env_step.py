@@ -20,8 +20,10 @@ from marl.runner import build_policies
 from marl.team import load_team
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = {"3 agents (gather_chain)": "gather_chain.yaml",
-             "32 agents (vote_swarm)": "vote_swarm.yaml"}
+SCENARIOS = {
+    "3 agents (gather_chain)": "gather_chain.yaml",
+    "32 agents (vote_swarm)": "vote_swarm.yaml",
+}
 
 
 def time_env_only(env: TeamEnv, episodes: int, messages: dict) -> tuple[float, int, int]:
@@ -48,24 +50,32 @@ def bench(path: Path, episodes: int) -> dict[str, float]:
     start = time.perf_counter()
     collect(team, policies, episodes=episodes)  # all episodes in one lockstep batch
     full = time.perf_counter() - start
-    return {"steps_per_episode": steps / episodes, "env_steps_per_s": steps / wall,
-            "env_calls_per_s": calls / wall, "with_policy_steps_per_s": steps / full,
-            "with_policy_episodes_per_s": episodes / full}
+    return {
+        "steps_per_episode": steps / episodes,
+        "env_steps_per_s": steps / wall,
+        "env_calls_per_s": calls / wall,
+        "with_policy_steps_per_s": steps / full,
+        "with_policy_episodes_per_s": episodes / full,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=300)
     args = parser.parse_args()
-    print(f"{'scenario':26} {'steps/ep':>8} {'env steps/s':>12} {'agent calls/s':>14} "
-          f"{'+policy steps/s':>16} {'+policy eps/s':>14}")
+    print(
+        f"{'scenario':26} {'steps/ep':>8} {'env steps/s':>12} {'agent calls/s':>14} "
+        f"{'+policy steps/s':>16} {'+policy eps/s':>14}"
+    )
     results = {}
     for label, name in SCENARIOS.items():
         r = bench(ROOT / "scenarios" / name, args.episodes)
         results[label] = r
-        print(f"{label:26} {r['steps_per_episode']:8.0f} {r['env_steps_per_s']:12,.0f} "
-              f"{r['env_calls_per_s']:14,.0f} {r['with_policy_steps_per_s']:16,.0f} "
-              f"{r['with_policy_episodes_per_s']:14,.1f}")
+        print(
+            f"{label:26} {r['steps_per_episode']:8.0f} {r['env_steps_per_s']:12,.0f} "
+            f"{r['env_calls_per_s']:14,.0f} {r['with_policy_steps_per_s']:16,.0f} "
+            f"{r['with_policy_episodes_per_s']:14,.1f}"
+        )
     small, big = results.values()
     ratio = big["env_calls_per_s"] / small["env_calls_per_s"]
     print(f"agent calls/s, 32 agents vs 3 agents: {ratio:.2f}x")

@@ -51,20 +51,28 @@ def batch_prompts(scenario: str, n: int) -> list[list[int]]:
 def engine_tps(model, prompts, new_tokens: int, reps: int) -> float:
     s = Sampling(max_new_tokens=new_tokens, stop=())
     gen = torch.Generator().manual_seed(0)
-    generate(model, prompts[:8], s, pad_id=0, eos_id=None, decode=CharTokenizer().decode,
-             generator=gen)  # warm-up
+    generate(
+        model, prompts[:8], s, pad_id=0, eos_id=None, decode=CharTokenizer().decode, generator=gen
+    )  # warm-up
     start = time.perf_counter()
     for _ in range(reps):
-        out = generate(model, prompts, s, pad_id=0, eos_id=None, decode=CharTokenizer().decode,
-                       generator=gen)
+        out = generate(
+            model, prompts, s, pad_id=0, eos_id=None, decode=CharTokenizer().decode, generator=gen
+        )
     return reps * int(out.mask.sum()) / (time.perf_counter() - start)
 
 
 @torch.inference_mode()
 def hf_generate_tps(hf_model, prompts, new_tokens: int, reps: int) -> float:
     ids, mask = left_pad(prompts, 0)
-    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True,
-                  top_k=0, pad_token_id=0, eos_token_id=None)
+    kwargs = dict(
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=True,
+        top_k=0,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
     hf_model.generate(input_ids=ids[:8], attention_mask=mask[:8].long(), **kwargs)
     start = time.perf_counter()
     for _ in range(reps):
@@ -102,8 +110,7 @@ def rollout_share(episodes: int, new_tokens: int) -> tuple[float, float, float]:
     for name in team.scenario.policies:
         model = Timed(TinyCausalLM(TinyLM(TinyConfig())))
         timed.append(model)
-        made[name] = LMPolicy(model, CharTokenizer(), Sampling(max_new_tokens=new_tokens,
-                                                               stop=()))
+        made[name] = LMPolicy(model, CharTokenizer(), Sampling(max_new_tokens=new_tokens, stop=()))
     policies = {a.id: made[a.policy] for a in team.agents}
     collect(team, policies, episodes=4, seed=1)  # warm-up
     for t in timed:
@@ -125,14 +132,21 @@ def main() -> None:
     prompts = batch_prompts("gather_star.yaml", args.batch)
     cfg = TinyConfig()
     with tempfile.TemporaryDirectory() as tmp:
-        build_tiny_hf(Path(tmp) / "hf", hidden_size=cfg.n_embd, num_layers=cfg.n_layer,
-                      num_heads=cfg.n_head, intermediate_size=cfg.mlp_ratio * cfg.n_embd)
+        build_tiny_hf(
+            Path(tmp) / "hf",
+            hidden_size=cfg.n_embd,
+            num_layers=cfg.n_layer,
+            num_heads=cfg.n_head,
+            intermediate_size=cfg.mlp_ratio * cfg.n_embd,
+        )
         hf_lm, _ = load_hf(Path(tmp) / "hf")
     hf_lm.model.eval()
     tiny = TinyCausalLM(TinyLM(cfg).eval())
     mean_prompt = sum(map(len, prompts)) / len(prompts)
-    print(f"batch {len(prompts)} prompts (mean {mean_prompt:.0f} tokens), {args.new_tokens} "
-          f"new tokens each, {torch.get_num_threads()} threads")
+    print(
+        f"batch {len(prompts)} prompts (mean {mean_prompt:.0f} tokens), {args.new_tokens} "
+        f"new tokens each, {torch.get_num_threads()} threads"
+    )
     hf_ref = hf_generate_tps(hf_lm.model, prompts, args.new_tokens, args.reps)
     hf_ours = engine_tps(hf_lm, prompts, args.new_tokens, args.reps)
     tiny_ours = engine_tps(tiny, prompts, args.new_tokens, args.reps)
@@ -141,9 +155,11 @@ def main() -> None:
     print(f"{'HF Llama, llm-marl engine':34} {hf_ours:10,.0f} {hf_ours / hf_ref:14.2f}x")
     print(f"{'tiny backend, llm-marl engine':34} {tiny_ours:10,.0f} {tiny_ours / hf_ref:14.2f}x")
     wall, forward, tps = rollout_share(args.episodes, args.new_tokens)
-    print(f"collect({args.episodes} episodes of gather_star, tiny policies): {wall:.2f} s, "
-          f"{tps:,.0f} generated tokens/s; model forward {forward:.2f} s, outside the "
-          f"forward {100 * (wall - forward) / wall:.1f}%")
+    print(
+        f"collect({args.episodes} episodes of gather_star, tiny policies): {wall:.2f} s, "
+        f"{tps:,.0f} generated tokens/s; model forward {forward:.2f} s, outside the "
+        f"forward {100 * (wall - forward) / wall:.1f}%"
+    )
 
 
 if __name__ == "__main__":
