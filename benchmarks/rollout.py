@@ -103,14 +103,16 @@ class Timed:
         return self.inner.logits(*args)
 
 
-def rollout_share(episodes: int, new_tokens: int) -> tuple[float, float, float]:
+def rollout_share(episodes: int) -> tuple[float, float, float]:
     team = load_team(ROOT / "scenarios" / "gather_star.yaml")
     torch.manual_seed(0)
     timed, made = [], {}
-    for name in team.scenario.policies:
+    for name, spec in team.scenario.policies.items():
         model = Timed(TinyCausalLM(TinyLM(TinyConfig())))
         timed.append(model)
-        made[name] = LMPolicy(model, CharTokenizer(), Sampling(max_new_tokens=new_tokens, stop=()))
+        # Every message runs to the scenario's token limit, so the count is known.
+        made[name] = LMPolicy(model, CharTokenizer(),
+                              Sampling(max_new_tokens=spec.max_new_tokens, stop=()))
     policies = {a.id: made[a.policy] for a in team.agents}
     collect(team, policies, episodes=4, seed=1)  # warm-up
     for t in timed:
@@ -119,7 +121,7 @@ def rollout_share(episodes: int, new_tokens: int) -> tuple[float, float, float]:
     batch = collect(team, policies, episodes=episodes, seed=0)
     wall = time.perf_counter() - start
     forward = sum(t.seconds for t in timed)
-    return wall, forward, batch.generated_tokens / wall
+    return wall, forward, int(batch.mask.sum()) / wall
 
 
 def main() -> None:
@@ -154,7 +156,7 @@ def main() -> None:
     print(f"{'HF Llama, transformers generate':34} {hf_ref:10,.0f} {1.0:14.2f}x")
     print(f"{'HF Llama, llm-marl engine':34} {hf_ours:10,.0f} {hf_ours / hf_ref:14.2f}x")
     print(f"{'tiny backend, llm-marl engine':34} {tiny_ours:10,.0f} {tiny_ours / hf_ref:14.2f}x")
-    wall, forward, tps = rollout_share(args.episodes, args.new_tokens)
+    wall, forward, tps = rollout_share(args.episodes)
     print(
         f"collect({args.episodes} episodes of gather_star, tiny policies): {wall:.2f} s, "
         f"{tps:,.0f} generated tokens/s; model forward {forward:.2f} s, outside the "

@@ -8,7 +8,7 @@ Field names follow OpenAI's usage object where one exists (``prompt_tokens``,
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -38,10 +38,11 @@ class LedgerRow:
         return TokenCounts(self.prompt_tokens, self.cached_tokens, self.completion_tokens)
 
     def to_json(self) -> dict[str, Any]:
-        row = asdict(self)
-        row["total_tokens"] = self.prompt_tokens + self.completion_tokens
-        row["cost_usd"] = str(self.cost_usd)
-        return row
+        return {"episode": self.episode, "round": self.round, "layer": self.layer,
+                "agent": self.agent, "model": self.model, "prompt_tokens": self.prompt_tokens,
+                "cached_tokens": self.cached_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens,
+                "received": dict(self.received), "cost_usd": str(self.cost_usd)}
 
 
 def make_row(episode: int, rnd: int, layer: int, agent: str, model: str, price: TokenPrice,
@@ -117,11 +118,12 @@ class Ledger:
 
         e_index = {e: i for i, e in enumerate(episodes)}
         a_index = {a: i for i, a in enumerate(agents)}
-        out = {k: torch.zeros(len(episodes), rounds, len(agents), dtype=torch.int64)
-               for k in ("prompt", "cached", "completion")}
+        cells = [0] * (len(episodes) * rounds * len(agents))
+        flat = {k: list(cells) for k in ("prompt", "cached", "completion")}
         for r in self.rows:
-            at = (e_index[r.episode], r.round, a_index[r.agent])
-            out["prompt"][at] += r.prompt_tokens
-            out["cached"][at] += r.cached_tokens
-            out["completion"][at] += r.completion_tokens
-        return out
+            at = (e_index[r.episode] * rounds + r.round) * len(agents) + a_index[r.agent]
+            flat["prompt"][at] += r.prompt_tokens
+            flat["cached"][at] += r.cached_tokens
+            flat["completion"][at] += r.completion_tokens
+        shape = (len(episodes), rounds, len(agents))
+        return {k: torch.tensor(v, dtype=torch.int64).view(shape) for k, v in flat.items()}

@@ -145,9 +145,9 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, group_size: int) -> 
     index = team.topo.index
     n, k = len(envs), len(slots)
     width = max([len(c.token_ids or ()) for c in calls.values()] + [1])
-    tokens = torch.zeros((n, k, width), dtype=torch.long)
-    logprobs = torch.zeros((n, k, width))
-    mask = torch.zeros((n, k, width), dtype=torch.bool)
+    tokens = [[[0] * width for _ in slots] for _ in envs]
+    logprobs = [[[0.0] * width for _ in slots] for _ in envs]
+    lengths = [[0] * k for _ in envs]
     prompt_ids: list[list[tuple[int, ...]]] = [[() for _ in slots] for _ in envs]
     for b in range(n):
         for j, (a, r) in enumerate(slots):
@@ -156,10 +156,10 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, group_size: int) -> 
                 envs[b].transcript[j]["finish"] = c.finish
             if c.token_ids is not None and c.logprobs is not None:
                 m = len(c.token_ids)
-                tokens[b, j, :m] = torch.tensor(c.token_ids, dtype=torch.long)
-                logprobs[b, j, :m] = torch.tensor(c.logprobs)
-                mask[b, j, :m] = True
+                tokens[b][j][:m], logprobs[b][j][:m] = c.token_ids, c.logprobs
+                lengths[b][j] = m
                 prompt_ids[b][j] = c.prompt_ids or ()
+    mask = torch.arange(width) < torch.tensor(lengths)[..., None]  # (B, K, L)
     results = [env.result or {} for env in envs]
     rows = [row for env in envs for row in env.rows]
     ledger = Ledger(rows).to_tensors([env.episode for env in envs], team.rounds, list(team.ids))
@@ -171,7 +171,8 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, group_size: int) -> 
         agents=team.ids,
         call_agent=torch.tensor([index[a] for a, _ in slots]),
         call_round=torch.tensor([r for _, r in slots]),
-        tokens=tokens, logprobs=logprobs, mask=mask, prompt_ids=prompt_ids,
+        tokens=torch.tensor(tokens, dtype=torch.long), logprobs=torch.tensor(logprobs),
+        mask=mask, prompt_ids=prompt_ids,
         score=torch.tensor([res["score"] for res in results]),
         token_penalty=torch.tensor([res["token_penalty"] for res in results]),
         group_ids=torch.arange(n) // group_size,

@@ -51,7 +51,8 @@ class CharTokenizer:
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = range(len(SPECIAL_TOKENS))
         offset = len(SPECIAL_TOKENS)
         self._ids = {c: i + offset for i, c in enumerate(charset)}
-        self._chars = dict(enumerate(SPECIAL_TOKENS)) | {i: c for c, i in self._ids.items()}
+        # id -> text; special tokens decode to nothing
+        self._text = [""] * offset + list(charset)
 
     @property
     def vocab_size(self) -> int:
@@ -61,8 +62,7 @@ class CharTokenizer:
         return [self._ids.get(c, self.unk_id) for c in text]
 
     def decode(self, ids: list[int]) -> str:
-        offset = len(SPECIAL_TOKENS)
-        return "".join(self._chars[i] for i in ids if i >= offset)
+        return "".join(map(self._text.__getitem__, ids))
 
     def count(self, text: str) -> int:
         return len(text)

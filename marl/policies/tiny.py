@@ -26,14 +26,19 @@ from marl.errors import MarlError
 from marl.policies.tiny_config import TinyConfig
 
 
-def _rope(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
-    """Rotate pairs of channels of ``x (B, H, T, D)`` by angles ``pos (B, T) * freq``."""
-    d = x.shape[-1]
-    freq = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
-    ang = pos[:, None, :, None].float() * freq  # (B, 1, T, D/2)
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+def _rotary(pos: torch.Tensor, dim: int, base: float,
+            dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary angles ``pos (B, T) * freq``, shaped ``(B, 1, T, dim/2)``."""
+    freq = base ** (-torch.arange(0, dim, 2, device=pos.device, dtype=torch.float32) / dim)
+    ang = pos[:, None, :, None].float() * freq
+    return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate channel pairs ``(i, i + D/2)`` of ``x (B, H, T, D)`` by the precomputed angles
+    (the "rotate half" layout: contiguous halves are cheaper than interleaved pairs)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
 class Block(nn.Module):
@@ -47,12 +52,12 @@ class Block(nn.Module):
         self.up = nn.Linear(cfg.n_embd, cfg.mlp_ratio * cfg.n_embd, bias=False)
         self.down = nn.Linear(cfg.mlp_ratio * cfg.n_embd, cfg.n_embd, bias=False)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, attn: torch.Tensor,
+    def forward(self, x: torch.Tensor, rot: tuple[torch.Tensor, torch.Tensor], attn: torch.Tensor,
                 cache: tuple[torch.Tensor, torch.Tensor] | None, start: int) -> torch.Tensor:
         b, t, c = x.shape
         h = self.cfg.n_head
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, h, c // h).permute(2, 0, 3, 1, 4)
-        q, k = _rope(q, pos, self.cfg.rope_base), _rope(k, pos, self.cfg.rope_base)
+        q, k = _rope(q, *rot), _rope(k, *rot)
         if cache is not None:  # write this step's keys/values, attend over everything so far
             kc, vc = cache
             kc[:, :, start : start + t], vc[:, :, start : start + t] = k, v
@@ -95,8 +100,9 @@ class TinyLM(nn.Module):
         # A padding query would see no key at all; let it see itself (its output is unused).
         attn[:, torch.arange(t), torch.arange(s - t, s)] = True
         x = self.embed(ids)
+        rot = _rotary(pos, self.cfg.n_embd // self.cfg.n_head, self.cfg.rope_base, x.dtype)
         for i, block in enumerate(self.blocks):
-            x = block(x, pos, attn[:, None], cache[i] if cache is not None else None, start)
+            x = block(x, rot, attn[:, None], cache[i] if cache is not None else None, start)
         return self.norm(x) @ self.embed.weight.T
 
     def num_params(self) -> int:
