@@ -27,25 +27,31 @@ from marl.policies.hf_local import build_tiny_hf
 from marl.policies.lm import LMPolicy
 from marl.policies.tiny import TinyCausalLM, TinyConfig, TinyLM
 from marl.rollout import collect
-from marl.runner import build_policies
+from marl.policies.scripted import ScriptedPolicy
 from marl.team import load_team
 from marl.tokenizer import CharTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+class Recorder(ScriptedPolicy):
+    """The task's oracle, remembering every observation it was given."""
+
+    def __init__(self, task):
+        super().__init__(task)
+        self.seen: list[str] = []
+
+    def generate(self, requests, greedy=False):
+        self.seen += [r.observation for r in requests]
+        return super().generate(requests, greedy)
+
+
 def batch_prompts(scenario: str, n: int) -> list[list[int]]:
-    """Observations of the scripted team, cycled to ``n`` prompts."""
+    """The first ``n`` real observations of a scripted team playing ``scenario``."""
     team = load_team(ROOT / "scenarios" / scenario)
-    batch = collect(team, build_policies(team, "scripted"), episodes=max(1, n // 4), seed=0)
-    tok = CharTokenizer()
-    obs = []
-    for record in batch.records:
-        history = ""
-        for m in record["transcript"]:
-            history += f"{m['agent']}> {m['message']}\n"
-            obs.append(tok.encode_prompt(history))
-    return (obs * (n // len(obs) + 1))[:n]
+    oracle = Recorder(team.task)
+    collect(team, dict.fromkeys(team.ids, oracle), episodes=n, seed=0)
+    return [CharTokenizer().encode_prompt(o) for o in oracle.seen[:n]]
 
 
 def engine_tps(model, prompts, new_tokens: int, reps: int) -> float:
@@ -111,8 +117,9 @@ def rollout_share(episodes: int) -> tuple[float, float, float]:
         model = Timed(TinyCausalLM(TinyLM(TinyConfig())))
         timed.append(model)
         # Every message runs to the scenario's token limit, so the count is known.
-        made[name] = LMPolicy(model, CharTokenizer(),
-                              Sampling(max_new_tokens=spec.max_new_tokens, stop=()))
+        made[name] = LMPolicy(
+            model, CharTokenizer(), Sampling(max_new_tokens=spec.max_new_tokens, stop=())
+        )
     policies = {a.id: made[a.policy] for a in team.agents}
     collect(team, policies, episodes=4, seed=1)  # warm-up
     for t in timed:
@@ -126,12 +133,19 @@ def rollout_share(episodes: int) -> tuple[float, float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--batch", type=int, nargs="+", default=[16, 64, 256])
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1 keeps timings stable on a busy machine)",
+    )
     args = parser.parse_args()
-    prompts = batch_prompts("gather_star.yaml", args.batch)
+    torch.set_num_threads(args.threads)
+    all_prompts = batch_prompts("gather_star.yaml", max(args.batch))
     cfg = TinyConfig()
     with tempfile.TemporaryDirectory() as tmp:
         build_tiny_hf(
@@ -144,18 +158,18 @@ def main() -> None:
         hf_lm, _ = load_hf(Path(tmp) / "hf")
     hf_lm.model.eval()
     tiny = TinyCausalLM(TinyLM(cfg).eval())
-    mean_prompt = sum(map(len, prompts)) / len(prompts)
-    print(
-        f"batch {len(prompts)} prompts (mean {mean_prompt:.0f} tokens), {args.new_tokens} "
-        f"new tokens each, {torch.get_num_threads()} threads"
-    )
-    hf_ref = hf_generate_tps(hf_lm.model, prompts, args.new_tokens, args.reps)
-    hf_ours = engine_tps(hf_lm, prompts, args.new_tokens, args.reps)
-    tiny_ours = engine_tps(tiny, prompts, args.new_tokens, args.reps)
-    print(f"{'model':34} {'tokens/s':>10} {'vs HF generate':>15}")
-    print(f"{'HF Llama, transformers generate':34} {hf_ref:10,.0f} {1.0:14.2f}x")
-    print(f"{'HF Llama, llm-marl engine':34} {hf_ours:10,.0f} {hf_ours / hf_ref:14.2f}x")
-    print(f"{'tiny backend, llm-marl engine':34} {tiny_ours:10,.0f} {tiny_ours / hf_ref:14.2f}x")
+    mean_prompt = sum(map(len, all_prompts)) / len(all_prompts)
+    print(f"gather_star observations (mean {mean_prompt:.0f} tokens), {args.new_tokens} new "
+          f"tokens each, {torch.get_num_threads()} thread(s); tokens/s and ratio to "
+          "transformers' generate on the same HF model")
+    print(f"{'batch':>5} {'HF generate':>12} {'engine on HF model':>22} {'tiny backend':>18}")
+    for size in args.batch:
+        prompts = all_prompts[:size]
+        hf_ref = hf_generate_tps(hf_lm.model, prompts, args.new_tokens, args.reps)
+        hf_ours = engine_tps(hf_lm, prompts, args.new_tokens, args.reps)
+        tiny_ours = engine_tps(tiny, prompts, args.new_tokens, args.reps)
+        print(f"{size:5d} {hf_ref:12,.0f} {hf_ours:14,.0f} ({hf_ours / hf_ref:4.2f}x) "
+              f"{tiny_ours:10,.0f} ({tiny_ours / hf_ref:4.2f}x)")
     wall, forward, tps = rollout_share(args.episodes)
     print(
         f"collect({args.episodes} episodes of gather_star, tiny policies): {wall:.2f} s, "

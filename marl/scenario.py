@@ -59,6 +59,8 @@ class PolicySpec(StrictModel):
     path: str | None = Field(None, description="Checkpoint directory (hf: required).")
     lora: dict[str, Any] | None = Field(None, description="hf: LoRA {r, alpha, dropout, "
                                                          "target_modules}.")
+    fast: bool = Field(True, description="hf: generate with the engine's own Llama "
+                                         "implementation when the architecture allows.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32")
     device: str = Field("cpu", description="cpu, cuda, cuda:1, ...")
 

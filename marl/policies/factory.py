@@ -42,7 +42,8 @@ def build_hf(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None) -
     from marl.policies.hf import load_hf
 
     path = checkpoint or spec.path
-    lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, lora=spec.lora)
+    lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, lora=spec.lora,
+                      fast=spec.fast)
     return LMPolicy(lm, tok, sampling_of(spec), seed=spec.seed or seed, module=lm.model)
 
 

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from marl.errors import MarlError
+from marl.policies.fast_llama import LlamaTwin, twin_config
+from marl.policies.tiny import TinyCausalLM
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -66,9 +68,12 @@ class HFCausalLM:
     needs no reservation.
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, fast: bool = True):
         self.model = model
         self.device = model.device
+        # Generation on the engine's own implementation when the architecture allows it
+        # (see marl.policies.fast_llama); scoring always runs the transformers model.
+        self.twin = _fast_twin(model) if fast else None
         params = inspect.signature(_unwrap(model).forward).parameters
         # transformers 5.x renamed `past_key_values` to `cache` (inputs and outputs);
         # older models and remote code still take the old name.
@@ -78,12 +83,17 @@ class HFCausalLM:
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor,
                 max_new_tokens: int) -> tuple[torch.Tensor, Any]:
+        if self.twin is not None:
+            return TinyCausalLM(self.twin.current(), self.device).prefill(ids, mask,
+                                                                          max_new_tokens)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
                          use_cache=True, return_dict=True, **self._last_only)
         return out.logits[:, -1], out[self._cache_kw]
 
     def decode(self, ids: torch.Tensor, mask: torch.Tensor,
                cache: Any) -> tuple[torch.Tensor, Any]:
+        if self.twin is not None:
+            return TinyCausalLM(self.twin.model, self.device).decode(ids, mask, cache)
         # The new token's position is the number of real tokens before it.
         pos = mask.sum(-1, keepdim=True) - 1  # (B, 1)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
@@ -143,15 +153,24 @@ class HFTokenizer:
         return bos + self.encode(observation)
 
 
+def _fast_twin(model: torch.nn.Module) -> LlamaTwin | None:
+    """A generation twin for plain Llama models without adapters; None otherwise."""
+    if model is not _unwrap(model):  # LoRA deltas live outside the base weights
+        return None
+    cfg = twin_config(model.config)
+    return LlamaTwin(model, cfg) if cfg is not None else None
+
+
 def load_hf(path: str | Path, *, dtype: str = "float32", device: str | torch.device = "cpu",
-            lora: dict[str, Any] | None = None,
-            trust_remote_code: bool = False) -> tuple[HFCausalLM, HFTokenizer]:
+            lora: dict[str, Any] | None = None, trust_remote_code: bool = False,
+            fast: bool = True) -> tuple[HFCausalLM, HFTokenizer]:
     """Load a local checkpoint directory (never the Hub) as an adapter and a tokenizer.
 
     ``path`` holds either a full model (``config.json`` + weights) or a LoRA adapter saved
     by :func:`save_hf` (``adapter_config.json``, whose base model is loaded from its
     recorded local path). ``lora`` adds a fresh adapter: keys ``r``, ``alpha``, ``dropout``,
     ``target_modules`` (defaults in :data:`LORA_DEFAULTS`); then only its weights train.
+    ``fast`` generates with the engine's own implementation of Llama-architecture models.
     """
     path = Path(path)
     if dtype not in DTYPES:
@@ -178,7 +197,7 @@ def load_hf(path: str | Path, *, dtype: str = "float32", device: str | torch.dev
         raise MarlError(f"cannot load the HF checkpoint in {path}: {e}") from e
     if adapter or settings is not None:
         model = _attach_lora(model, path if adapter else None, settings)
-    return HFCausalLM(model.to(dev).eval()), HFTokenizer(tokenizer)
+    return HFCausalLM(model.to(dev).eval(), fast=fast), HFTokenizer(tokenizer)
 
 
 def save_hf(model: HFCausalLM, tokenizer: HFTokenizer, path: str | Path, *,

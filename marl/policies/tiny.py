@@ -45,12 +45,20 @@ class Block(nn.Module):
     def __init__(self, cfg: TinyConfig):
         super().__init__()
         self.cfg = cfg
-        self.norm1 = nn.RMSNorm(cfg.n_embd)
+        self.norm1 = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
-        self.norm2 = nn.RMSNorm(cfg.n_embd)
-        self.up = nn.Linear(cfg.n_embd, cfg.mlp_ratio * cfg.n_embd, bias=False)
-        self.down = nn.Linear(cfg.mlp_ratio * cfg.n_embd, cfg.n_embd, bias=False)
+        self.norm2 = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
+        # swiglu: gate and up in one matmul (Llama's gate_proj / up_proj, stacked)
+        width = 2 * cfg.hidden if cfg.mlp == "swiglu" else cfg.hidden
+        self.up = nn.Linear(cfg.n_embd, width, bias=False)
+        self.down = nn.Linear(cfg.hidden, cfg.n_embd, bias=False)
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        if self.cfg.mlp == "gelu":
+            return self.down(F.gelu(self.up(x)))
+        gate, up = self.up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
 
     def forward(self, x: torch.Tensor, rot: tuple[torch.Tensor, torch.Tensor], attn: torch.Tensor,
                 cache: tuple[torch.Tensor, torch.Tensor] | None, start: int) -> torch.Tensor:
@@ -64,7 +72,7 @@ class Block(nn.Module):
             k, v = kc[:, :, : start + t], vc[:, :, : start + t]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn)  # (B, H, T, D)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.down(F.gelu(self.up(self.norm2(x))))
+        return x + self.mlp(self.norm2(x))
 
 
 class TinyLM(nn.Module):
@@ -75,7 +83,9 @@ class TinyLM(nn.Module):
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.norm = nn.RMSNorm(cfg.n_embd)
+        self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
+        self.head = None if cfg.tie_embeddings else nn.Linear(cfg.n_embd, cfg.vocab_size,
+                                                              bias=False)
         self.apply(self._init)
         for block in self.blocks:  # GPT-2 style: shrink residual projections with depth
             for lin in (block.proj, block.down):
@@ -103,7 +113,8 @@ class TinyLM(nn.Module):
         rot = _rotary(pos, self.cfg.n_embd // self.cfg.n_head, self.cfg.rope_base, x.dtype)
         for i, block in enumerate(self.blocks):
             x = block(x, rot, attn[:, None], cache[i] if cache is not None else None, start)
-        return self.norm(x) @ self.embed.weight.T
+        x = self.norm(x)
+        return self.head(x) if self.head is not None else x @ self.embed.weight.T
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

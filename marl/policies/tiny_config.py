@@ -27,14 +27,28 @@ class TinyConfig:
     n_embd: int = 64
     """Width of the residual stream."""
     mlp_ratio: int = 4
-    """MLP hidden width as a multiple of n_embd."""
+    """MLP hidden width as a multiple of n_embd (unless mlp_hidden is set)."""
+    mlp_hidden: int | None = None
+    """MLP hidden width; default mlp_ratio * n_embd."""
+    mlp: str = "gelu"
+    """gelu: down(gelu(up x)); swiglu: down(silu(gate x) * up x), as in Llama."""
     rope_base: float = 10000.0
     """Base of the rotary position frequencies."""
+    norm_eps: float | None = None
+    """RMSNorm epsilon; None: torch's default for the dtype."""
+    tie_embeddings: bool = True
+    """Share the input embedding with the output projection."""
+
+    @property
+    def hidden(self) -> int:
+        return self.mlp_hidden or self.mlp_ratio * self.n_embd
 
     def __post_init__(self) -> None:
         if self.n_embd % self.n_head or (self.n_embd // self.n_head) % 2:
             raise MarlError(f"n_embd={self.n_embd} must split into n_head={self.n_head} heads "
                             "of even width; choose e.g. n_embd=64, n_head=4.")
+        if self.mlp not in ("gelu", "swiglu"):
+            raise MarlError(f"mlp={self.mlp!r}: choose 'gelu' or 'swiglu'.")
 
     @classmethod
     def from_preset(cls, preset: str) -> TinyConfig:

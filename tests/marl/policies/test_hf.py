@@ -235,3 +235,35 @@ def test_missing_peft_names_the_extra(tiny_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "peft", None)
     with pytest.raises(MarlError, match=r"llm-marl\[hf\]"):
         load_hf(tiny_dir, lora={})
+
+
+def test_fast_twin_matches_transformers_and_follows_updates(tmp_path):
+    from marl.policies.generation import Sampling, generate
+    from marl.policies.hf_local import build_tiny_hf
+
+    path = build_tiny_hf(tmp_path / "m", intermediate_size=96)
+    fast, tok = load_hf(path)
+    slow, _ = load_hf(path, fast=False)
+    assert fast.twin is not None and slow.twin is None
+    prompts = [tok.encode_prompt("you are a (x).\n[round 1]\na> "), tok.encode_prompt("hi")]
+    s = Sampling(temperature=0.0, max_new_tokens=6, stop=())
+    outs = [generate(m, prompts, s, pad_id=tok.pad_id, eos_id=None, decode=tok.decode)
+            for m in (fast, slow)]
+    assert torch.equal(outs[0].tokens, outs[1].tokens)
+    torch.testing.assert_close(outs[0].logprobs, outs[1].logprobs, atol=1e-4, rtol=1e-4)
+    # An optimizer step on the transformers weights reaches the twin before it samples.
+    with torch.no_grad():
+        for p in fast.model.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+            break
+    again = generate(fast, prompts, s, pad_id=tok.pad_id, eos_id=None, decode=tok.decode)
+    ids, mask = torch.tensor([prompts[0]]), torch.ones(1, len(prompts[0]), dtype=torch.bool)
+    expected = fast.logits(ids, mask)[0, -1].log_softmax(-1).max()
+    torch.testing.assert_close(again.logprobs[0, 0], expected, atol=1e-4, rtol=1e-4)
+
+
+def test_lora_models_have_no_fast_twin(tmp_path):
+    from marl.policies.hf_local import build_tiny_hf
+
+    lm, _ = load_hf(build_tiny_hf(tmp_path / "m"), lora={"r": 2})
+    assert lm.twin is None
