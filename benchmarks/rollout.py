@@ -25,9 +25,9 @@ from marl.policies.generation import Sampling, generate, left_pad
 from marl.policies.hf import load_hf
 from marl.policies.hf_local import build_tiny_hf
 from marl.policies.lm import LMPolicy
+from marl.policies.scripted import ScriptedPolicy
 from marl.policies.tiny import TinyCausalLM, TinyConfig, TinyLM
 from marl.rollout import collect
-from marl.policies.scripted import ScriptedPolicy
 from marl.team import load_team
 from marl.tokenizer import CharTokenizer
 
@@ -159,17 +159,21 @@ def main() -> None:
     hf_lm.model.eval()
     tiny = TinyCausalLM(TinyLM(cfg).eval())
     mean_prompt = sum(map(len, all_prompts)) / len(all_prompts)
-    print(f"gather_star observations (mean {mean_prompt:.0f} tokens), {args.new_tokens} new "
-          f"tokens each, {torch.get_num_threads()} thread(s); tokens/s and ratio to "
-          "transformers' generate on the same HF model")
+    print(
+        f"gather_star observations (mean {mean_prompt:.0f} tokens), {args.new_tokens} new "
+        f"tokens each, {torch.get_num_threads()} thread(s); tokens/s and ratio to "
+        "transformers' generate on the same HF model"
+    )
     print(f"{'batch':>5} {'HF generate':>12} {'engine on HF model':>22} {'tiny backend':>18}")
     for size in args.batch:
         prompts = all_prompts[:size]
         hf_ref = hf_generate_tps(hf_lm.model, prompts, args.new_tokens, args.reps)
         hf_ours = engine_tps(hf_lm, prompts, args.new_tokens, args.reps)
         tiny_ours = engine_tps(tiny, prompts, args.new_tokens, args.reps)
-        print(f"{size:5d} {hf_ref:12,.0f} {hf_ours:14,.0f} ({hf_ours / hf_ref:4.2f}x) "
-              f"{tiny_ours:10,.0f} ({tiny_ours / hf_ref:4.2f}x)")
+        print(
+            f"{size:5d} {hf_ref:12,.0f} {hf_ours:14,.0f} ({hf_ours / hf_ref:4.2f}x) "
+            f"{tiny_ours:10,.0f} ({tiny_ours / hf_ref:4.2f}x)"
+        )
     wall, forward, tps = rollout_share(args.episodes)
     print(
         f"collect({args.episodes} episodes of gather_star, tiny policies): {wall:.2f} s, "
