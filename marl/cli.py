@@ -184,6 +184,83 @@ class _progress:
             self.bar.stop()
 
 
+@app.command()
+@guarded
+def train(
+    scenario: Path,
+    config: Path | None = typer.Option(None, help="YAML overrides of the training config "
+                                                  "(e.g. configs/algorithm/grpo.yaml)."),
+    sets: list[str] = typer.Option([], "--set", help="Config override key=value."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Run directory "
+                                                            "(default runs/NAME-ALGORITHM)."),
+    resume: bool = typer.Option(False, help="Continue the run in --out from its last "
+                                            "checkpoint."),
+    use_wandb: bool = typer.Option(False, "--wandb", help="Also log to Weights & Biases "
+                                                          "(offline without an API key)."),
+) -> None:
+    """Train the scenario's model policies (MAGRPO by default)."""
+    from marl.algorithms.config import load_config
+    from marl.costing import predict_team
+    from marl.team import load_team
+    from marl.trainer import Trainer
+
+    team = load_team(scenario)
+    cfg = load_config(config, [*sets, *(["wandb=true"] if use_wandb else [])])
+    target = out_dir or Path("runs") / f"{team.name}-{cfg.algorithm}"
+    trainer = Trainer(team, cfg, target, resume=resume,
+                      log=lambda msg: err.print(msg, highlight=False))
+    episodes = cfg.episodes_per_iter * cfg.group_size
+    calls = len(team.ids) * team.rounds
+    tokens = predict_team(team).total.total
+    out.print(f"{team.name}: {cfg.algorithm}, {len(trainer.learner.trainables)} trainable "
+              f"policies; {episodes} episodes ({cfg.episodes_per_iter} instances × "
+              f"{cfg.group_size}) and {episodes * calls} completions per iteration, at most "
+              f"{episodes * tokens:,} tokens per iteration; writing {target}", highlight=False)
+    with _train_progress(cfg.iterations, trainer.iteration) as tick:
+        try:
+            summary = trainer.train(progress=tick)
+        except KeyboardInterrupt:
+            err.print(f"interrupted after iteration {trainer.iteration}; continue with "
+                      f"marl train {scenario} --out {target} --resume", highlight=False)
+            raise typer.Exit(130) from None
+    best = summary["best"]
+    out.print(f"done: {summary['iterations']} iterations in {summary['wall_s']:.0f} s; best "
+              f"eval success {best['eval_success_rate']:.3f} at iteration {best['iteration']}"
+              f"; checkpoints in {target / 'checkpoints'}", highlight=False)
+
+
+class _train_progress:
+    """A progress bar on a terminal; otherwise one line per evaluated iteration."""
+
+    def __init__(self, total: int, done: int):
+        self.total, self.done, self.bar = total, done, None
+
+    def __enter__(self) -> Callable[[dict[str, Any]], None]:
+        if sys.stderr.isatty():
+            from rich.progress import Progress
+
+            self.bar = Progress(*Progress.get_default_columns(), "{task.fields[info]}",
+                                console=err, transient=False)
+            self.bar.start()
+            task = self.bar.add_task("train", total=self.total, completed=self.done, info="")
+            return lambda row: self.bar.update(task, completed=row["iteration"],
+                                               info=_row_text(row))
+        return lambda row: err.print(_row_text(row), highlight=False)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _row_text(row: dict[str, Any]) -> str:
+    text = (f"iter {row['iteration']}: success {row['success_rate']:.3f} reward "
+            f"{row['reward_mean']:.3f} tokens/ep {row['tokens_per_episode']:.0f} loss "
+            f"{row['loss']:.3f} {row['samples_per_s']:.0f} samples/s")
+    if "eval_success_rate" in row:
+        text += f" | eval success {row['eval_success_rate']:.3f}"
+    return text
+
+
 @topology_app.command("show")
 @guarded
 def topology_show(

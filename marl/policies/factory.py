@@ -9,7 +9,8 @@ import torch
 from marl.errors import MarlError
 from marl.policies.generation import Sampling
 from marl.policies.lm import LMPolicy
-from marl.policies.tiny import TinyCausalLM, TinyConfig, TinyLM, load_tiny
+from marl.policies.tiny import TinyCausalLM, TinyLM, load_tiny, save_tiny
+from marl.policies.tiny_config import TinyConfig
 from marl.scenario import PolicySpec
 from marl.tasks import Task
 from marl.tokenizer import CharTokenizer
@@ -34,7 +35,7 @@ def build_tiny(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None)
         model = model.to(getattr(torch, spec.dtype))
     lm = TinyCausalLM(model, _device(spec.device))
     return LMPolicy(lm, CharTokenizer(), sampling_of(spec), seed=spec.seed or seed,
-                    module=model)
+                    module=model, saver=lambda path: save_tiny(model, path))
 
 
 def build_hf(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None) -> LMPolicy:
@@ -42,9 +43,12 @@ def build_hf(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None) -
     from marl.policies.hf import load_hf
 
     path = checkpoint or spec.path
+    from marl.policies.hf import save_hf
+
     lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, lora=spec.lora,
                       fast=spec.fast)
-    return LMPolicy(lm, tok, sampling_of(spec), seed=spec.seed or seed, module=lm.model)
+    return LMPolicy(lm, tok, sampling_of(spec), seed=spec.seed or seed, module=lm.model,
+                    saver=lambda out: save_hf(lm, tok, out))
 
 
 def _device(name: str) -> torch.device:

@@ -147,24 +147,32 @@ def completion_text(tokens: Sequence[int], decode: Callable[[list[int]], str],
 
 
 def score(model: CausalLM, prompts: Sequence[Sequence[int]],
-          completions: Sequence[Sequence[int]], *, pad_id: int,
-          temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+          completions: Sequence[Sequence[int]], *, pad_id: int, temperature: float = 1.0,
+          entropy: bool = False) -> tuple[torch.Tensor, ...]:
     """Log-probs of given completions under the current parameters (differentiable).
 
     Returns ``logprobs, mask: (B, L)`` aligned with the completions (left-aligned, padded
-    to the longest). Uses the same temperature convention as :func:`generate`.
+    to the longest), plus the per-token entropy ``(B, L)`` of the same distribution when
+    ``entropy``. Uses the same temperature convention as :func:`generate`.
     """
     seqs = [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)]
     ids, mask = left_pad(seqs, pad_id, model.device)
     logits = model.logits(ids, mask).float()
     if temperature > 0:
         logits = logits / temperature
-    logp = F.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0]
     n = max(len(c) for c in completions)
-    out = torch.zeros((len(seqs), n), device=logp.device, dtype=logp.dtype)
-    out_mask = torch.zeros((len(seqs), n), dtype=torch.bool, device=logp.device)
-    for i, c in enumerate(completions):
-        if c:
-            out[i, : len(c)] = logp[i, -len(c):]
-            out_mask[i, : len(c)] = True
-    return out, out_mask
+    if n == 0:
+        empty = torch.zeros((len(seqs), 0), device=logits.device)
+        return (empty, empty.bool(), empty) if entropy else (empty, empty.bool())
+    # Only the last n positions can predict completion tokens: slice before the softmax.
+    logall = F.log_softmax(logits[:, -n - 1 : -1], -1)  # (B, n, V)
+    logp = logall.gather(-1, ids[:, -n:, None])[..., 0]
+    lengths = torch.tensor([len(c) for c in completions], device=logp.device)
+    # Completion i occupies the last len(c_i) columns; move it to the front.
+    shift = (torch.arange(n, device=logp.device) + (n - lengths)[:, None]).clamp(max=n - 1)
+    out_mask = torch.arange(n, device=logp.device) < lengths[:, None]
+    out = logp.gather(1, shift).masked_fill(~out_mask, 0.0)
+    if not entropy:
+        return out, out_mask
+    ent = -(logall.exp() * logall).sum(-1).gather(1, shift).masked_fill(~out_mask, 0.0)
+    return out, out_mask, ent

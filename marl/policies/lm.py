@@ -7,12 +7,14 @@ with gradients, for training.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Protocol
 
 import torch
 
+from marl.errors import MarlError
 from marl.policies.base import Completion, Policy, Request
 from marl.policies.generation import CausalLM, Sampling, completion_text, generate, score
 from marl.tokenizer import Tokenizer
@@ -29,11 +31,13 @@ class LMPolicy(Policy):
     """A trainable policy. ``parameters()`` are what an optimizer updates."""
 
     def __init__(self, model: CausalLM, tokenizer: LMTokenizer, sampling: Sampling,
-                 seed: int = 0, module: torch.nn.Module | None = None):
+                 seed: int = 0, module: torch.nn.Module | None = None,
+                 saver: Callable[[Path], Path] | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.sampling = sampling
         self.module = module
+        self.saver = saver
         self.generator = torch.Generator(device=model.device).manual_seed(seed)
 
     def reseed(self, seed: int) -> None:
@@ -64,8 +68,15 @@ class LMPolicy(Policy):
                                           out.finish[i], tuple(prompts[i])))
         return completions
 
-    def score(self, prompts: Sequence[Sequence[int]],
-              completions: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs ``(B, L)`` and mask of ``completions`` after ``prompts`` (with grad)."""
+    def score(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+              entropy: bool = False) -> tuple[torch.Tensor, ...]:
+        """Log-probs ``(B, L)`` and mask of ``completions`` after ``prompts`` (with grad),
+        plus per-token entropies when ``entropy``."""
         return score(self.model, prompts, completions, pad_id=self.tokenizer.pad_id,
-                     temperature=self.sampling.temperature)
+                     temperature=self.sampling.temperature, entropy=entropy)
+
+    def save(self, path: Path) -> Path:
+        """Write the weights where ``--checkpoint`` / ``path:`` can load them."""
+        if self.saver is None:
+            raise MarlError("this policy has no saver; build it through build_policy.")
+        return self.saver(Path(path))

@@ -1,0 +1,193 @@
+"""Pieces every algorithm shares: per-policy training samples, the clipped policy-gradient
+loss with KL, entropy and SFT terms, and a guarded optimizer step.
+
+Loss (per policy, tokens t of its agents' completions, advantage A)::
+
+    ratio  = exp(log π(t) − log π_old(t))
+    L_pg   = −min(ratio·A, clip(ratio, 1 − clip_low, 1 + clip_high)·A)      (clip-higher)
+    L      = agg(L_pg) + kl_coef·agg(k3(π, π_ref)) − entropy_coef·agg(H) + sft_coef·L_SFT
+
+With one epoch the ratio is 1 and this is MAGRPO's REINFORCE gradient −A·∇log π. ``agg`` is
+the token mean (``token``) or the mean of per-sequence means (``sequence``). L_SFT is the
+negative log-likelihood of the task oracle's message for the same observation.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from marl.algorithms.config import TrainConfig
+from marl.policies.generation import score
+from marl.policies.lm import LMPolicy
+from marl.rollout import EpisodeBatch
+from marl.team import Team
+
+
+@dataclass
+class Trainable:
+    """One trainable policy: its agents, optimizer, and (for KL) a frozen reference."""
+
+    name: str
+    policy: LMPolicy
+    agents: list[str]
+    optimizer: torch.optim.Optimizer
+    reference: object | None = None
+    bad_updates: int = 0
+
+
+def trainables(team: Team, policies: dict, cfg: TrainConfig) -> list[Trainable]:
+    """The model policies of a team, one per scenario policy name."""
+    out = []
+    for name in team.scenario.policies:
+        agents = [a.id for a in team.agents if a.policy == name]
+        policy = policies[agents[0]] if agents else None
+        if not isinstance(policy, LMPolicy) or not policy.parameters():
+            continue
+        opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+        ref = copy.deepcopy(policy.model) if cfg.kl_coef > 0 else None
+        out.append(Trainable(name, policy, agents, opt, ref))
+    return out
+
+
+@dataclass
+class Samples:
+    """A policy's completions in a batch, flattened: one row per (episode, call)."""
+
+    prompts: list[tuple[int, ...]]
+    completions: list[list[int]]
+    old_logprobs: torch.Tensor  # (S, L)
+    mask: torch.Tensor  # (S, L)
+    advantages: torch.Tensor  # (S,) or (S, L)
+    demos: list[list[int]] = field(default_factory=list)  # oracle messages, tokenised
+
+
+def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
+                with_demos: bool) -> Samples:
+    """Rows of ``t``'s agents; ``adv`` is ``(B, N)`` per-agent advantages (or ``(B, K, L)``
+    per-token ones)."""
+    slots = batch.slots(t.agents).tolist()
+    rows = [(b, k) for b in range(len(batch.records)) for k in slots]
+    stop = t.policy.sampling.stop[0] if t.policy.sampling.stop else ""
+    demos = []
+    if with_demos:
+        for b, k in rows:
+            agent = batch.agents[int(batch.call_agent[k])]
+            final = team.is_final_call(agent, int(batch.call_round[k]))
+            text = team.task.oracle(agent, batch.observations[b][k], final) + stop
+            ids = t.policy.tokenizer.encode(text)
+            if not stop and t.policy.tokenizer.eos_id is not None:
+                ids.append(t.policy.tokenizer.eos_id)
+            demos.append(ids[: t.policy.sampling.max_new_tokens])
+    bi = torch.tensor([b for b, _ in rows])
+    ki = torch.tensor([k for _, k in rows])
+    mask = batch.mask[bi, ki]
+    if adv.dim() == 2:
+        row_adv = adv[bi, batch.call_agent[ki]]
+    else:
+        row_adv = adv[bi, ki]
+    return Samples(prompts=[batch.prompt_ids[b][k] for b, k in rows],
+                   completions=[batch.tokens[b, k][batch.mask[b, k]].tolist() for b, k in rows],
+                   old_logprobs=batch.logprobs[bi, ki], mask=mask, advantages=row_adv,
+                   demos=demos)
+
+
+def aggregate(x: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
+    """Mean of ``x`` over masked tokens: over all tokens, or per sequence then over rows."""
+    m = mask.float()
+    if how == "token":
+        return (x * m).sum() / m.sum().clamp(min=1)
+    per_seq = (x * m).sum(-1) / m.sum(-1).clamp(min=1)
+    return per_seq[mask.any(-1)].mean() if mask.any() else x.sum() * 0
+
+
+def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig) -> tuple[torch.Tensor, dict]:
+    """The RL part of the loss for rows ``s`` (all with at least one generated token)."""
+    lp, mask, ent = t.policy.score(s.prompts, s.completions, entropy=True)
+    width = lp.shape[1]
+    old = s.old_logprobs[:, :width]
+    adv = s.advantages[:, None] if s.advantages.dim() == 1 else s.advantages[:, :width]
+    ratio = (lp - old).exp()
+    clipped = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
+    pg = -torch.minimum(ratio * adv, clipped * adv)
+    loss = aggregate(pg, mask, cfg.aggregation)
+    stats = {"entropy": float(aggregate(ent.detach(), mask, "token"))}
+    if cfg.entropy_coef:
+        loss = loss - cfg.entropy_coef * aggregate(ent, mask, cfg.aggregation)
+    if t.reference is not None:
+        with torch.no_grad():
+            ref_lp, _ = score(t.reference, s.prompts, s.completions,
+                              pad_id=t.policy.tokenizer.pad_id,
+                              temperature=t.policy.sampling.temperature)
+        log_r = ref_lp - lp
+        k3 = log_r.exp() - log_r - 1  # unbiased, non-negative KL estimator (Schulman)
+        kl = aggregate(k3, mask, cfg.aggregation)
+        loss = loss + cfg.kl_coef * kl
+        stats["kl"] = float(kl.detach())
+    stats["pg_loss"] = float(loss.detach())
+    stats["clip_frac"] = float(aggregate(((ratio - clipped).abs() > 0).float(), mask, "token"))
+    return loss, stats
+
+
+def sft_term(t: Trainable, prompts: list, demos: list[list[int]]) -> torch.Tensor:
+    lp, mask = t.policy.score(prompts, demos)
+    return -(lp * mask).sum() / mask.sum().clamp(min=1)
+
+
+def guarded_step(t: Trainable, loss: torch.Tensor, cfg: TrainConfig) -> dict:
+    """Backward and step, unless the loss or the gradients are not finite (then skip)."""
+    t.optimizer.zero_grad(set_to_none=True)
+    if not torch.isfinite(loss):
+        t.bad_updates += 1
+        return {"skipped": 1, "grad_norm": float("nan")}
+    loss.backward()
+    params = t.policy.parameters()
+    norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+    if not torch.isfinite(norm):
+        t.optimizer.zero_grad(set_to_none=True)
+        t.bad_updates += 1
+        return {"skipped": 1, "grad_norm": float("nan")}
+    t.optimizer.step()
+    t.bad_updates = 0
+    return {"skipped": 0, "grad_norm": float(norm)}
+
+
+def update(t: Trainable, s: Samples, cfg: TrainConfig, sft_coef: float) -> dict:
+    """``cfg.epochs`` passes of ``cfg.minibatches`` clipped policy-gradient steps."""
+    rows = [i for i in range(len(s.prompts)) if s.completions[i] or s.demos]
+    stats: dict[str, float] = {}
+    n_steps = 0
+    gen = torch.Generator().manual_seed(len(rows))
+    for _ in range(cfg.epochs):
+        order = [rows[i] for i in torch.randperm(len(rows), generator=gen).tolist()]
+        size = math.ceil(len(order) / cfg.minibatches) if order else 0
+        for start in range(0, len(order), max(size, 1)):
+            idx = order[start : start + size]
+            loss, step_stats = _minibatch_loss(t, s, idx, cfg, sft_coef)
+            step_stats.update(guarded_step(t, loss, cfg))
+            for k, v in step_stats.items():
+                stats[k] = stats.get(k, 0.0) + v
+            n_steps += 1
+    out = {k: v / max(n_steps, 1) for k, v in stats.items()}
+    out["skipped"] = stats.get("skipped", 0.0)
+    return out
+
+
+def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
+                    sft_coef: float) -> tuple[torch.Tensor, dict]:
+    gen_rows = [i for i in idx if s.completions[i]]
+    loss = torch.zeros(())
+    stats: dict[str, float] = {}
+    if gen_rows:
+        sub = Samples([s.prompts[i] for i in gen_rows], [s.completions[i] for i in gen_rows],
+                      s.old_logprobs[gen_rows], s.mask[gen_rows], s.advantages[gen_rows])
+        loss, stats = pg_terms(t, sub, cfg)
+    if sft_coef > 0 and s.demos:
+        sft = sft_term(t, [s.prompts[i] for i in idx], [s.demos[i] for i in idx])
+        loss = loss + sft_coef * sft
+        stats["sft_loss"] = float(sft.detach())
+    stats["loss"] = float(loss.detach())
+    return loss, stats

@@ -1,0 +1,72 @@
+"""MAGRPO: multi-agent group-relative policy optimisation (Liu et al., AAAI 2026).
+
+Each iteration plays G joint rollouts of every sampled task instance. The team return is
+``R = score − penalty_per_1k · tokens / 1000`` and its group-relative advantage
+``A_j = R_j − mean_g R_g`` (baseline ``mean``, no std division as in Dr. GRPO; ``mean_std``,
+``loo`` and ``max`` selectable) is given to every agent (``credit: team``). Each policy is
+then updated on its own agents' generated tokens only. With ``credit: difference`` or
+``shapley`` the scores are split per agent by counterfactual replays before the baseline.
+
+Where this departs from the paper: one clipped-ratio loss serves all algorithms (with one
+epoch it is the paper's REINFORCE gradient), and the task oracle's messages can be mixed
+in as demonstrations (``sft_coef``), which a model trained from scratch needs to get any
+reward at all.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from marl.algorithms.common import Trainable, samples_for, trainables, update
+from marl.algorithms.config import TrainConfig
+from marl.credit import agent_credit
+from marl.kernels import group_advantages, group_key
+from marl.rollout import EpisodeBatch
+from marl.team import Team
+
+
+class MAGRPO:
+    def __init__(self, team: Team, policies: dict, cfg: TrainConfig):
+        self.team, self.policies, self.cfg = team, policies, cfg
+        self.trainables: list[Trainable] = trainables(team, policies, cfg)
+        self.sft_coef = cfg.sft_coef
+
+    def returns(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
+        """``(B, N)``: each agent's return (the team's, or its counterfactual credit)."""
+        n = len(batch.agents)
+        if self.cfg.credit == "team":
+            return batch.reward[:, None].expand(-1, n)
+        episodes = len(batch.records) // self.cfg.group_size
+        credit = agent_credit(self.cfg.credit, self.team, self.policies, batch.score,
+                              episodes, self.cfg.group_size, seed)
+        return credit - batch.token_penalty[:, None] / n
+
+    def advantages(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
+        ret = self.returns(batch, seed)  # (B, N)
+        b, n = ret.shape
+        if self.cfg.credit == "team":  # one joint group per instance
+            adv = group_advantages(ret[:, 0], batch.group_ids, self.cfg.baseline)
+            return adv[:, None].expand(-1, n)
+        agent = torch.arange(n).repeat(b)
+        keys = group_key(batch.group_ids.repeat_interleave(n), agent)
+        return group_advantages(ret.reshape(-1), keys, self.cfg.baseline).view(b, n)
+
+    def update(self, batch: EpisodeBatch, seed: int) -> dict[str, float]:
+        adv = self.advantages(batch, seed)
+        stats: dict[str, float] = {}
+        for t in self.trainables:
+            s = samples_for(t, self.team, batch, adv, with_demos=self.sft_coef > 0)
+            for k, v in update(t, s, self.cfg, self.sft_coef).items():
+                stats[k] = stats.get(k, 0.0) + v / len(self.trainables)
+        stats["sft_coef"] = self.sft_coef
+        self.sft_coef *= self.cfg.sft_decay
+        return stats
+
+    def state_dict(self) -> dict:
+        return {"sft_coef": self.sft_coef,
+                "optimizers": {t.name: t.optimizer.state_dict() for t in self.trainables}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sft_coef = state["sft_coef"]
+        for t in self.trainables:
+            t.optimizer.load_state_dict(state["optimizers"][t.name])
