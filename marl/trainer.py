@@ -3,8 +3,8 @@
 Run directory::
 
     config.yaml          the fully resolved TrainConfig (plus the scenario path)
-    metrics.jsonl        one row per iteration
-    transcripts.jsonl    a few sampled episodes per iteration
+    metrics.jsonl        one row per iteration (rewritten atomically every iteration)
+    episodes/iter_NNNNNN.jsonl   a few sampled episodes (transcripts, ledger rows)
     checkpoints/iter_NNNNNN/<policy>/   weights; state.pt: optimizers, counters
     checkpoints/best/    the checkpoint with the best eval success so far
     summary.json         the final row, best eval, wall time
@@ -54,7 +54,6 @@ class Trainer:
         self.best: dict[str, Any] = {"eval_success_rate": -1.0, "iteration": None}
         self.wall = 0.0
         self.rows: list[dict[str, Any]] = []
-        self.transcripts: list[dict[str, Any]] = []
         self._wandb = None
         if resume:
             self._resume()
@@ -87,8 +86,6 @@ class Trainer:
         kept = sorted((self.out / "checkpoints").glob("iter_*"))
         for stale in kept[: -self.cfg.keep_checkpoints]:
             shutil.rmtree(stale)
-        atomic_write_jsonl(self.out / "metrics.jsonl", self.rows)
-        atomic_write_jsonl(self.out / "transcripts.jsonl", self.transcripts)
 
     def _resume(self) -> None:
         kept = sorted((self.out / "checkpoints").glob("iter_*"))
@@ -111,8 +108,10 @@ class Trainer:
         self.iteration, self.best, self.wall = state["iteration"], state["best"], state["wall"]
         self.rows = [r for r in _read_jsonl(self.out / "metrics.jsonl")
                      if r["iteration"] <= self.iteration]
-        self.transcripts = [r for r in _read_jsonl(self.out / "transcripts.jsonl")
-                            if r["iteration"] <= self.iteration]
+        atomic_write_jsonl(self.out / "metrics.jsonl", self.rows)
+        for later in (self.out / "episodes").glob("iter_*.jsonl"):
+            if int(later.stem.removeprefix("iter_")) > self.iteration:
+                later.unlink()
         self.log(f"resuming {self.out} after iteration {self.iteration}")
 
     # -- the loop ------------------------------------------------------------------------
@@ -142,8 +141,10 @@ class Trainer:
         self.wall += time.perf_counter() - start
         row["wall_s"] = self.wall
         self.rows.append(row)
-        self.transcripts.extend({"iteration": self.iteration, **r}
-                                for r in batch.records[: cfg.transcripts_per_iter])
+        atomic_write_jsonl(self.out / "metrics.jsonl", self.rows)
+        if cfg.transcripts_per_iter:
+            atomic_write_jsonl(self.out / "episodes" / f"iter_{self.iteration:06d}.jsonl",
+                               batch.records[: cfg.transcripts_per_iter])
         is_best = row.get("eval_success_rate", -1.0) > self.best["eval_success_rate"]
         if is_best:
             self.best = {"eval_success_rate": row["eval_success_rate"],
@@ -192,7 +193,7 @@ class Trainer:
                     and row.get("eval_success_rate", -1) >= cfg.target_success):
                 self.log(f"target eval success {cfg.target_success} reached")
                 break
-        if self.rows and self.rows[-1]["iteration"] == self.iteration:
+        if not (self.out / "checkpoints" / f"iter_{self.iteration:06d}").exists():
             self._checkpoint(is_best=False)
         summary = {"scenario": self.team.name, "algorithm": cfg.algorithm,
                    "iterations": self.iteration, "wall_s": self.wall, "best": self.best,

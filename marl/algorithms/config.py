@@ -24,8 +24,8 @@ class TrainConfig(BaseModel):
     iterations: int = Field(300, ge=1, description="Training iterations.")
     time_budget_s: float | None = Field(None, gt=0, description="Stop after this many "
                                                                   "seconds of training.")
-    target_success: float | None = Field(None, ge=0, le=1, description="Stop once the eval "
-                                                                          "success rate reaches this.")
+    target_success: float | None = Field(
+        None, ge=0, le=1, description="Stop once the eval success rate reaches this.")
     seed: int = Field(0, ge=0, description="Seed of instances, sampling and initialisation.")
     episodes_per_iter: int = Field(16, ge=1, description="Task instances per iteration.")
     group_size: int = Field(8, ge=1, description="Joint rollouts of each instance (G).")

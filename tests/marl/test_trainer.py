@@ -95,8 +95,8 @@ def test_kill_and_resume_equals_an_uninterrupted_run(toy, tmp_path):
     resumed = Trainer(toy, cfg, tmp_path / "killed", resume=True)
     assert resumed.iteration == 4
     resumed.train()
-    full = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
-    again = [json.loads(x) for x in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    full, again = ([json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text()
+                    .splitlines()] for run in ("full", "killed"))
     assert strip(again) == strip(full) and len(full) == 6
 
 

@@ -1,0 +1,151 @@
+"""Training benchmarks for ``marl train`` (CPU, tiny preset, from scratch).
+
+    python benchmarks/train.py throughput        # batched MAGRPO vs one sequence at a time
+    python benchmarks/train.py signal            # time to eval success >= 0.95 (budget 5 min)
+    python benchmarks/train.py gather            # gather_star to >= 0.9 (budget 20 min)
+    python benchmarks/train.py penalty           # tokens and success with / without penalty
+    python benchmarks/train.py compare           # MAGRPO vs GRPO vs PPO, same budget
+
+Each prints a table; run directories go under ``--out`` (default a temp dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from marl.algorithms.common import samples_for
+from marl.algorithms.config import TrainConfig, load_config
+from marl.rollout import collect
+from marl.runner import build_policies
+from marl.team import load_team
+from marl.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def train(scenario: str, out: Path, **overrides) -> tuple[Trainer, dict]:
+    team = load_team(ROOT / "scenarios" / scenario)
+    cfg = TrainConfig(**overrides)
+    trainer = Trainer(team, cfg, out)
+    summary = trainer.train(progress=lambda r: print(
+        f"  iter {r['iteration']:4d} {r['wall_s']:7.1f}s success {r['success_rate']:.3f} "
+        f"eval {r.get('eval_success_rate', float('nan')):.3f} tokens/ep "
+        f"{r['tokens_per_episode']:.0f}", flush=True) if "eval_success_rate" in r else None)
+    return trainer, summary
+
+
+def time_to(trainer: Trainer, target: float) -> float | None:
+    for row in trainer.rows:
+        if row.get("eval_success_rate", -1) >= target:
+            return row["wall_s"]
+    return None
+
+
+def target_run(scenario: str, target: float, budget: float, out: Path, **kw) -> None:
+    trainer, summary = train(scenario, out, target_success=target, time_budget_s=budget,
+                             iterations=100_000, **kw)
+    reached = time_to(trainer, target)
+    best = summary["best"]
+    print(f"{scenario}: best eval success {best['eval_success_rate']:.3f} at iteration "
+          f"{best['iteration']}; target {target} "
+          + (f"reached after {reached:.0f} s" if reached is not None else
+             f"not reached within {budget:.0f} s"))
+
+
+def throughput(out: Path, episodes: int = 8, group: int = 8) -> None:
+    """Samples (completions) per second of one MAGRPO iteration: batched engine and update
+    vs the same work done one sequence at a time (generation and loss)."""
+    team = load_team(ROOT / "scenarios" / "gather_star.yaml")
+    cfg = TrainConfig(episodes_per_iter=episodes, group_size=group)
+    trainer = Trainer(team, cfg, out / "batched")
+    trainer.step()  # warm-up
+    start = time.perf_counter()
+    trainer.step()
+    batched_s = time.perf_counter() - start
+    samples = episodes * group * len(team.ids)
+
+    policies = build_policies(team, seed=0)
+    start = time.perf_counter()
+    batches = [collect(team, policies, 1, 1, seed=i) for i in range(episodes * group)]
+    learner = Trainer(team, cfg, out / "sequential").learner
+    for t in learner.trainables:
+        t.optimizer.zero_grad()
+        for b in batches:
+            s = samples_for(t, team, b, b.reward[:, None].expand(-1, len(team.ids)),
+                            with_demos=True)
+            for i in range(len(s.prompts)):
+                lp, m = t.policy.score([s.prompts[i]], [s.completions[i]])
+                (-(lp * m).sum() * float(s.advantages[i])).backward()
+                demo_lp, dm = t.policy.score([s.prompts[i]], [s.demos[i]])
+                (-(demo_lp * dm).sum()).backward()
+        t.optimizer.step()
+    sequential_s = time.perf_counter() - start
+    print(f"samples per iteration: {samples}")
+    print(f"batched MAGRPO iteration:   {samples / batched_s:9.1f} samples/s")
+    print(f"one sequence at a time:     {samples / sequential_s:9.1f} samples/s")
+    print(f"speed-up: {sequential_s / batched_s:.1f}x")
+
+
+def penalty(out: Path, budget: float) -> None:
+    rows = []
+    for p in (0.0, 2.0):
+        team = load_team(ROOT / "scenarios" / "gather_star.yaml")
+        data = team.scenario.model_dump()
+        data["costs"]["penalty_per_1k"] = p
+        path = out / f"gather_star_p{p}.json"
+        path.write_text(json.dumps(data, default=str))
+        trainer = Trainer(load_team(data), TrainConfig(time_budget_s=budget, iterations=100_000),
+                          out / f"p{p}")
+        trainer.train()
+        last = trainer.rows[-5:]
+        rows.append((p, sum(r["tokens_per_episode"] for r in last) / len(last),
+                     sum(r["success_rate"] for r in last) / len(last)))
+    print(f"{'penalty_per_1k':>15} {'tokens/episode':>15} {'success':>8}")
+    for p, tokens, success in rows:
+        print(f"{p:15.1f} {tokens:15.1f} {success:8.3f}")
+    base, pen = rows
+    print(f"tokens saved: {100 * (1 - pen[1] / base[1]):.1f}%, success change "
+          f"{100 * (pen[2] - base[2]):+.1f} points")
+
+
+def compare(out: Path, budget: float) -> None:
+    print(f"{'algorithm':>10} {'iterations':>10} {'eval success':>13} {'tokens/iter':>12}")
+    for name in ("magrpo", "grpo", "ppo"):
+        cfg = load_config(ROOT / "configs" / "algorithm" / f"{name}.yaml").model_dump()
+        cfg.update(time_budget_s=budget, iterations=100_000)
+        trainer, summary = train("signal.yaml", out / name, **cfg)
+        per_iter = sum(r["tokens_per_episode"] * r["episodes"] / r["iteration"]
+                       for r in trainer.rows[-1:])
+        print(f"{name:>10} {summary['iterations']:10d} "
+              f"{summary['best']['eval_success_rate']:13.3f} {per_iter:12.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("which", choices=["throughput", "signal", "gather", "penalty",
+                                          "compare"])
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--budget", type=float, default=None, help="seconds per run")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    out = args.out or Path(tempfile.mkdtemp(prefix="marl-bench-"))
+    if args.which == "throughput":
+        throughput(out)
+    elif args.which == "signal":
+        target_run("signal.yaml", 0.95, args.budget or 300, out / "signal")
+    elif args.which == "gather":
+        target_run("gather_star.yaml", 0.9, args.budget or 1200, out / "gather")
+    elif args.which == "penalty":
+        penalty(out, args.budget or 300)
+    else:
+        compare(out, args.budget or 180)
+
+
+if __name__ == "__main__":
+    main()
