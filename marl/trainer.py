@@ -169,6 +169,7 @@ class Trainer:
                                      for i, a in enumerate(batch.agents)},
                 **{k: stats.get(k, 0.0) for k in ("loss", "pg_loss", "sft_loss", "entropy",
                                                   "kl", "grad_norm", "clip_frac")},
+                **{k: stats[k] for k in ("value_loss", "value_grad_norm") if k in stats},
                 "skipped_updates": stats.get("skipped", 0.0), "sft_coef": stats.get("sft_coef"),
                 "samples_per_s": int(batch.mask.any(-1).sum()) / seconds}
 

@@ -108,8 +108,9 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig) -> tuple[torch.Tensor, 
     """The RL part of the loss for rows ``s`` (all with at least one generated token)."""
     lp, mask, ent = t.policy.score(s.prompts, s.completions, entropy=True)
     width = lp.shape[1]
-    old = s.old_logprobs[:, :width]
+    old = s.old_logprobs[:, :width].to(lp.device)
     adv = s.advantages[:, None] if s.advantages.dim() == 1 else s.advantages[:, :width]
+    adv = adv.to(lp.device)
     ratio = (lp - old).exp()
     clipped = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
     pg = -torch.minimum(ratio * adv, clipped * adv)
@@ -137,22 +138,27 @@ def sft_term(t: Trainable, prompts: list, demos: list[list[int]]) -> torch.Tenso
     return -(lp * mask).sum() / mask.sum().clamp(min=1)
 
 
-def guarded_step(t: Trainable, loss: torch.Tensor, cfg: TrainConfig) -> dict:
-    """Backward and step, unless the loss or the gradients are not finite (then skip)."""
-    t.optimizer.zero_grad(set_to_none=True)
+def optimizer_step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
+                   loss: torch.Tensor, max_grad_norm: float) -> dict:
+    """Backward, clip and step, unless the loss or the gradient norm is not finite: then
+    nothing changes and ``skipped`` is 1."""
+    optimizer.zero_grad(set_to_none=True)
     if not torch.isfinite(loss):
-        t.bad_updates += 1
         return {"skipped": 1, "grad_norm": float("nan")}
     loss.backward()
-    params = t.policy.parameters()
-    norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     if not torch.isfinite(norm):
-        t.optimizer.zero_grad(set_to_none=True)
-        t.bad_updates += 1
+        optimizer.zero_grad(set_to_none=True)
         return {"skipped": 1, "grad_norm": float("nan")}
-    t.optimizer.step()
-    t.bad_updates = 0
+    optimizer.step()
     return {"skipped": 0, "grad_norm": float(norm)}
+
+
+def guarded_step(t: Trainable, loss: torch.Tensor, cfg: TrainConfig) -> dict:
+    """:func:`optimizer_step` for a policy, counting consecutive skipped updates."""
+    stats = optimizer_step(t.optimizer, t.policy.parameters(), loss, cfg.max_grad_norm)
+    t.bad_updates = t.bad_updates + 1 if stats["skipped"] else 0
+    return stats
 
 
 def update(t: Trainable, s: Samples, cfg: TrainConfig, sft_coef: float) -> dict:
@@ -179,7 +185,7 @@ def update(t: Trainable, s: Samples, cfg: TrainConfig, sft_coef: float) -> dict:
 def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
                     sft_coef: float) -> tuple[torch.Tensor, dict]:
     gen_rows = [i for i in idx if s.completions[i]]
-    loss = torch.zeros(())
+    loss = torch.zeros((), device=t.policy.model.device)
     stats: dict[str, float] = {}
     if gen_rows:
         sub = Samples([s.prompts[i] for i in gen_rows], [s.completions[i] for i in gen_rows],
