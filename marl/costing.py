@@ -14,9 +14,12 @@ from typing import Any
 import numpy as np
 
 from marl import prompts
-from marl.team import FIXED_LENGTH_BACKENDS, Team
+from marl.team import Team
 from marl.tokenizer import CharTokenizer, Tokenizer
 from orchestration.cost import CostPrediction, predict
+
+#: Backends whose message lengths are fixed by the task, so token counts are exact.
+FIXED_LENGTH_BACKENDS = ("scripted", "random")
 
 
 def expected_completion(team: Team, agent: str, rnd: int, backend: str | None = None) -> int:

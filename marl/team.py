@@ -35,8 +35,6 @@ from orchestration.hints import did_you_mean, listing
 from orchestration.topologies import TopologyError, build
 
 AGENT_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,31}$")
-#: Backends whose message lengths are fixed by the task, so token counts are exact.
-FIXED_LENGTH_BACKENDS = ("scripted", "random")
 
 
 @dataclass(frozen=True)
