@@ -18,9 +18,14 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 from marl.algorithms.common import samples_for
 from marl.algorithms.config import TrainConfig, load_config
+from marl.policies import Completion, Policy
+from marl.policies.generation import completion_text
+from marl.policies.hf_local import build_tiny_hf
+from marl.policies.lm import LMPolicy
 from marl.rollout import collect
 from marl.runner import build_policies
 from marl.team import load_team
@@ -58,10 +63,37 @@ def target_run(scenario: str, target: float, budget: float, out: Path, **kw) -> 
              f"not reached within {budget:.0f} s"))
 
 
-def throughput(out: Path, episodes: int = 8, group: int = 8) -> None:
-    """Samples (completions) per second of one MAGRPO iteration: batched engine and update
-    vs the same work done one sequence at a time (generation and loss)."""
-    team = load_team(ROOT / "scenarios" / "gather_star.yaml")
+class OneAtATime(Policy):
+    """The reference MAGRPO library's way: transformers' ``generate`` on one sequence at a
+    time, the same model and sampling settings as the wrapped policy."""
+
+    def __init__(self, policy: LMPolicy):
+        self.policy, self.tokenizer = policy, policy.tokenizer
+
+    @torch.inference_mode()
+    def generate(self, requests, greedy=False):
+        out = []
+        tok, s = self.policy.tokenizer, self.policy.sampling
+        for r in requests:
+            ids = torch.tensor([tok.encode_prompt(r.observation)])
+            seq = self.policy.module.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                max_new_tokens=s.max_new_tokens, top_k=0, pad_token_id=tok.pad_id,
+                eos_token_id=tok.eos_id, stop_strings=list(s.stop),
+                tokenizer=tok.tokenizer)[0, ids.shape[1]:].tolist()
+            out.append(Completion(completion_text(seq, tok.decode, s.stop), tuple(seq),
+                                  (0.0,) * len(seq), "stop", tuple(ids[0].tolist())))
+        return out
+
+
+def throughput(out: Path, episodes: int = 16, group: int = 8) -> None:
+    """Samples (completions) per second of one MAGRPO iteration on a locally built tiny
+    HF Llama: the batched engine and update vs generation and loss one sequence at a time."""
+    model = build_tiny_hf(out / "hf")
+    data = yaml.safe_load((ROOT / "scenarios" / "gather_star.yaml").read_text())
+    data["policies"] = {n: {**p, "backend": "hf", "path": str(model)}
+                        for n, p in data["policies"].items()}
+    team = load_team(data)
     cfg = TrainConfig(episodes_per_iter=episodes, group_size=group)
     trainer = Trainer(team, cfg, out / "batched")
     trainer.step()  # warm-up
@@ -70,10 +102,10 @@ def throughput(out: Path, episodes: int = 8, group: int = 8) -> None:
     batched_s = time.perf_counter() - start
     samples = episodes * group * len(team.ids)
 
-    policies = build_policies(team, seed=0)
-    start = time.perf_counter()
-    batches = [collect(team, policies, 1, 1, seed=i) for i in range(episodes * group)]
     learner = Trainer(team, cfg, out / "sequential").learner
+    slow = {a: OneAtATime(p) for a, p in build_policies(team, seed=0).items()}
+    start = time.perf_counter()
+    batches = [collect(team, slow, 1, 1, seed=i) for i in range(episodes * group)]
     for t in learner.trainables:
         t.optimizer.zero_grad()
         for b in batches:
@@ -86,9 +118,11 @@ def throughput(out: Path, episodes: int = 8, group: int = 8) -> None:
                 (-(demo_lp * dm).sum()).backward()
         t.optimizer.step()
     sequential_s = time.perf_counter() - start
-    print(f"samples per iteration: {samples}")
-    print(f"batched MAGRPO iteration:   {samples / batched_s:9.1f} samples/s")
-    print(f"one sequence at a time:     {samples / sequential_s:9.1f} samples/s")
+    print(f"gather_star, tiny HF Llama, {samples} samples (completions) per iteration")
+    print(f"batched MAGRPO iteration (engine + batched update): {samples / batched_s:8.1f} "
+          "samples/s")
+    print(f"one sequence at a time (HF generate + per-sequence loss): "
+          f"{samples / sequential_s:8.1f} samples/s")
     print(f"speed-up: {sequential_s / batched_s:.1f}x")
 
 
