@@ -51,6 +51,7 @@ class Trainer:
             raise MarlError(f"{team.name} has no trainable policy: give at least one policy "
                             "a model backend (tiny or hf) in the scenario.")
         self.iteration = 0
+        self.bad_iterations = 0
         self.best: dict[str, Any] = {"eval_success_rate": -1.0, "iteration": None}
         self.wall = 0.0
         self.rows: list[dict[str, Any]] = []
@@ -130,12 +131,13 @@ class Trainer:
         stats = self.learner.update(batch, seed)
         self.iteration += 1
         row = self._row(batch, stats, time.perf_counter() - start)
-        bad = max(t.bad_updates for t in self.learner.trainables)
-        if bad >= cfg.max_bad_updates:
-            raise MarlError(f"training diverged: {bad} consecutive updates had a non-finite "
-                            f"loss or gradient (iteration {self.iteration}). The last good "
-                            f"checkpoint is in {self.out / 'checkpoints'}; lower lr or "
-                            "max_grad_norm and --resume.")
+        self.bad_iterations = self.bad_iterations + 1 if stats.get("skipped") else 0
+        if self.bad_iterations >= cfg.max_bad_iterations:
+            raise MarlError(f"training diverged: {self.bad_iterations} iterations in a row had "
+                            f"updates with a non-finite loss or gradient (up to iteration "
+                            f"{self.iteration}). The last good checkpoint is in "
+                            f"{self.out / 'checkpoints'}; lower lr or max_grad_norm and "
+                            "--resume.")
         if self.iteration % cfg.eval_every == 0 or self.iteration == cfg.iterations:
             row.update(self.evaluate())
         self.wall += time.perf_counter() - start

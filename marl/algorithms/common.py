@@ -36,7 +36,6 @@ class Trainable:
     agents: list[str]
     optimizer: torch.optim.Optimizer
     reference: object | None = None
-    bad_updates: int = 0
 
 
 def trainables(team: Team, policies: dict, cfg: TrainConfig) -> list[Trainable]:
@@ -155,10 +154,8 @@ def optimizer_step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Param
 
 
 def guarded_step(t: Trainable, loss: torch.Tensor, cfg: TrainConfig) -> dict:
-    """:func:`optimizer_step` for a policy, counting consecutive skipped updates."""
-    stats = optimizer_step(t.optimizer, t.policy.parameters(), loss, cfg.max_grad_norm)
-    t.bad_updates = t.bad_updates + 1 if stats["skipped"] else 0
-    return stats
+    """:func:`optimizer_step` for a policy."""
+    return optimizer_step(t.optimizer, t.policy.parameters(), loss, cfg.max_grad_norm)
 
 
 def update(t: Trainable, s: Samples, cfg: TrainConfig, sft_coef: float) -> dict:

@@ -37,8 +37,9 @@ class TrainConfig(BaseModel):
                             "per-agent credit from counterfactual replays with agents muted.")
     lr: float = Field(3e-3, gt=0, description="Adam learning rate.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    epochs: int = Field(1, ge=1, description="Passes over each batch.")
-    minibatches: int = Field(1, ge=1, description="Minibatches per pass.")
+    epochs: int = Field(2, ge=1, description="Passes over each batch (models trained from "
+                                             "scratch need many steps per batch).")
+    minibatches: int = Field(8, ge=1, description="Minibatches per pass.")
     clip_low: float = Field(0.2, ge=0, description="Ratio clip below 1 (1 - clip_low).")
     clip_high: float = Field(0.28, ge=0, description="Ratio clip above 1 (clip-higher).")
     kl_coef: float = Field(0.0, ge=0, description="KL to the frozen initial policy.")
@@ -59,10 +60,10 @@ class TrainConfig(BaseModel):
     eval_episodes: int = Field(64, ge=1, description="Held-out instances per evaluation.")
     checkpoint_every: int = Field(10, ge=1, description="Checkpoint every K iterations.")
     keep_checkpoints: int = Field(3, ge=1, description="Checkpoints kept (plus best).")
-    max_bad_updates: int = Field(5, ge=1, description="Stop after this many consecutive "
-                                                      "non-finite updates.")
+    max_bad_iterations: int = Field(5, ge=1, description="Stop after this many consecutive "
+                                    "iterations with a skipped (non-finite) update.")
     transcripts_per_iter: int = Field(2, ge=0, description="Episodes written to "
-                                                           "transcripts.jsonl per iteration.")
+                                      "episodes/iter_N.jsonl per iteration.")
     wandb: bool = Field(False, description="Log to Weights & Biases (offline without a key).")
     wandb_project: str = Field("llm-marl", description="wandb project.")
 

@@ -89,7 +89,6 @@ class Critic:
     tokenizer: LMTokenizer
     device: torch.device
     central: bool
-    bad_updates: int = 0
 
 
 @dataclass
@@ -240,10 +239,8 @@ class PPO:
 
     def _critic_step(self, c: Critic, loss: torch.Tensor) -> dict:
         """A guarded optimizer step for a critic (skips non-finite losses/gradients)."""
-        stats = optimizer_step(c.optimizer, list(c.net.parameters()), loss,
-                               self.cfg.max_grad_norm)
-        c.bad_updates = c.bad_updates + 1 if stats["skipped"] else 0
-        return stats
+        return optimizer_step(c.optimizer, list(c.net.parameters()), loss,
+                              self.cfg.max_grad_norm)
 
     def update(self, batch: EpisodeBatch, seed: int) -> dict[str, float]:
         """One PPO update. ``loss`` is the policies' loss plus the value loss; ``skipped``

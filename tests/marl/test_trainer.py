@@ -57,7 +57,8 @@ def toy(monkeypatch):
 
 def small(**kw) -> TrainConfig:
     base = dict(episodes_per_iter=4, group_size=8, eval_every=2, eval_episodes=8,
-                checkpoint_every=2, sft_coef=0.0, transcripts_per_iter=1)
+                checkpoint_every=2, sft_coef=0.0, transcripts_per_iter=1, epochs=1,
+                minibatches=1)
     return TrainConfig(**{**base, **kw})
 
 
@@ -109,7 +110,7 @@ def test_existing_run_needs_resume(toy, tmp_path):
 
 
 def test_nan_losses_are_skipped_counted_and_then_stop_the_run(toy, tmp_path, monkeypatch):
-    trainer = Trainer(toy, small(iterations=10, max_bad_updates=3), tmp_path)
+    trainer = Trainer(toy, small(iterations=10, max_bad_iterations=3), tmp_path)
     trainer.step()
     trainer.step()  # a good checkpoint at iteration 2
     good = [p.detach().clone() for p in trainer.learner.trainables[0].policy.parameters()]
@@ -121,7 +122,7 @@ def test_nan_losses_are_skipped_counted_and_then_stop_the_run(toy, tmp_path, mon
 
     monkeypatch.setattr(common, "pg_terms", poisoned)
     row = trainer.step()
-    assert row["skipped_updates"] == 1
+    assert row["skipped_updates"] == 1  # counted in the metrics
     for p, q in zip(trainer.learner.trainables[0].policy.parameters(), good, strict=True):
         assert torch.equal(p, q)  # the poisoned update was not applied
     trainer.step()
