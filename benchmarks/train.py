@@ -5,6 +5,7 @@
     python benchmarks/train.py gather            # gather_star to >= 0.9 (budget 20 min)
     python benchmarks/train.py penalty           # tokens and success with / without penalty
     python benchmarks/train.py compare           # MAGRPO vs GRPO vs PPO, same budget
+                                                 # (--scenario relay_chain.yaml)
 
 Each prints a table; run directories go under ``--out`` (default a temp dir).
 """
@@ -148,12 +149,12 @@ def penalty(out: Path, budget: float) -> None:
           f"{100 * (pen[2] - base[2]):+.1f} points")
 
 
-def compare(out: Path, budget: float) -> None:
+def compare(out: Path, budget: float, scenario: str) -> None:
     print(f"{'algorithm':>10} {'iterations':>10} {'eval success':>13} {'tokens/iter':>12}")
     for name in ("magrpo", "grpo", "ppo"):
         cfg = load_config(ROOT / "configs" / "algorithm" / f"{name}.yaml").model_dump()
         cfg.update(time_budget_s=budget, iterations=100_000)
-        trainer, summary = train("signal.yaml", out / name, **cfg)
+        trainer, summary = train(scenario, out / name, **cfg)
         per_iter = sum(r["tokens_per_episode"] * r["episodes"] / r["iteration"]
                        for r in trainer.rows[-1:])
         print(f"{name:>10} {summary['iterations']:10d} "
@@ -166,6 +167,8 @@ def main() -> None:
                                           "compare"])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--budget", type=float, default=None, help="seconds per run")
+    parser.add_argument("--scenario", default="relay_chain.yaml",
+                        help="compare: scenario file in scenarios/")
     args = parser.parse_args()
     torch.set_num_threads(2)
     out = args.out or Path(tempfile.mkdtemp(prefix="marl-bench-"))
@@ -178,7 +181,7 @@ def main() -> None:
     elif args.which == "penalty":
         penalty(out, args.budget or 300)
     else:
-        compare(out, args.budget or 180)
+        compare(out, args.budget or 180, args.scenario)
 
 
 if __name__ == "__main__":
