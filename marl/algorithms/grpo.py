@@ -12,22 +12,16 @@ from __future__ import annotations
 
 import torch
 
-from marl.algorithms.magrpo import MAGRPO
-from marl.kernels import group_advantages, group_key
+from marl.algorithms.magrpo import MAGRPO, per_agent_advantages
 from marl.rollout import EpisodeBatch
 
 
 class GRPO(MAGRPO):
-    def returns(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
+    def penalties(self, batch: EpisodeBatch) -> torch.Tensor:
+        """``(B, N)``: the penalty for each agent's own prompt and completion tokens."""
         own_tokens = (batch.ledger["prompt"] + batch.ledger["completion"]).sum(1)  # (B, N)
-        penalty = float(self.team.penalty_per_1k) * own_tokens.float() / 1000
-        if self.cfg.credit == "team":
-            return batch.score[:, None] - penalty
-        return super().returns(batch, seed) + batch.token_penalty[:, None] / len(
-            batch.agents) - penalty
+        return float(self.team.penalty_per_1k) * own_tokens.float() / 1000
 
     def advantages(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
-        ret = self.returns(batch, seed)
-        b, n = ret.shape
-        keys = group_key(batch.group_ids.repeat_interleave(n), torch.arange(n).repeat(b))
-        return group_advantages(ret.reshape(-1), keys, self.cfg.baseline).view(b, n)
+        return per_agent_advantages(self.returns(batch, seed), batch.group_ids,
+                                    self.cfg.baseline)

@@ -25,31 +25,46 @@ from marl.rollout import EpisodeBatch
 from marl.team import Team
 
 
+def per_agent_advantages(ret: torch.Tensor, group_ids: torch.Tensor,
+                         baseline: str) -> torch.Tensor:
+    """``(B, N)`` advantages with one group per (instance, agent): ``ret`` is ``(B, N)``."""
+    b, n = ret.shape
+    keys = group_key(group_ids.repeat_interleave(n), torch.arange(n).repeat(b))
+    return group_advantages(ret.reshape(-1), keys, baseline).view(b, n)
+
+
 class MAGRPO:
     def __init__(self, team: Team, policies: dict, cfg: TrainConfig):
         self.team, self.policies, self.cfg = team, policies, cfg
         self.trainables: list[Trainable] = trainables(team, policies, cfg)
         self.sft_coef = cfg.sft_coef
 
-    def returns(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
-        """``(B, N)``: each agent's return (the team's, or its counterfactual credit)."""
+    def scores(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
+        """``(B, N)``: the team score for every agent, or its counterfactual credit."""
         n = len(batch.agents)
         if self.cfg.credit == "team":
-            return batch.reward[:, None].expand(-1, n)
+            return batch.score[:, None].expand(-1, n)
         episodes = len(batch.records) // self.cfg.group_size
-        credit = agent_credit(self.cfg.credit, self.team, self.policies, batch.score,
-                              episodes, self.cfg.group_size, seed)
-        return credit - batch.token_penalty[:, None] / n
+        return agent_credit(self.cfg.credit, self.team, self.policies, batch.score,
+                            episodes, self.cfg.group_size, seed)
+
+    def penalties(self, batch: EpisodeBatch) -> torch.Tensor:
+        """``(B, N)``: the team's token penalty, shared equally when credit is per agent."""
+        n = len(batch.agents)
+        share = 1 if self.cfg.credit == "team" else n
+        return (batch.token_penalty / share)[:, None].expand(-1, n)
+
+    def returns(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
+        """``(B, N)``: each agent's return."""
+        return self.scores(batch, seed) - self.penalties(batch)
 
     def advantages(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
         ret = self.returns(batch, seed)  # (B, N)
-        b, n = ret.shape
+        n = ret.shape[1]
         if self.cfg.credit == "team":  # one joint group per instance
             adv = group_advantages(ret[:, 0], batch.group_ids, self.cfg.baseline)
             return adv[:, None].expand(-1, n)
-        agent = torch.arange(n).repeat(b)
-        keys = group_key(batch.group_ids.repeat_interleave(n), agent)
-        return group_advantages(ret.reshape(-1), keys, self.cfg.baseline).view(b, n)
+        return per_agent_advantages(ret, batch.group_ids, self.cfg.baseline)
 
     def update(self, batch: EpisodeBatch, seed: int) -> dict[str, float]:
         adv = self.advantages(batch, seed)
