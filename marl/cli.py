@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from marl.errors import ConfigError, MarlError
+from marl.overrides import parse_sets
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="llm-marl: simulate, price and train teams of LLM agents.")
@@ -32,21 +33,10 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except MarlError as exc:
-            err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
             raise typer.Exit(2) from None
 
     return wrapper
-
-
-def parse_sets(pairs: list[str]) -> dict[str, Any]:
-    """``key=value`` pairs; values are read as YAML (``k=3`` is an int, ``layers=[3,1]`` a list)."""
-    params = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set {pair!r}: expected key=value, e.g. --set hub=a0.")
-        params[key.strip()] = yaml.safe_load(value)
-    return params
 
 
 @app.command()
@@ -60,7 +50,7 @@ def validate(files: list[Path] = typer.Argument(..., help="Scenario files.")) ->
             team = load_team(f)
         except MarlError as exc:
             failed += 1
-            err.print(f"[red]✗[/] {exc}", highlight=False)
+            err.print(f"[red]✗[/] {escape(str(exc))}", highlight=False)
             continue
         t = team.topo
         out.print(f"[green]✓[/] {f}: {team.name}: {len(t.agents)} agents, "
@@ -138,9 +128,10 @@ def run(
 
     team = load_team(scenario)
     target = out_dir or Path("runs") / team.name
-    with _progress(episodes, f"{team.name}") as tick:
+    with _progress(team.name, episodes, every=max(1, episodes // 10)) as tick:
         result = run_team(team, episodes, seed=seed, policy=policy, checkpoint=checkpoint,
-                          batch_size=batch_size, on_episode=tick)
+                          batch_size=batch_size,
+                          on_episode=lambda n: tick(n, f"{team.name}: {n}/{episodes} episodes"))
     summary = summarize(result, policy)
     atomic_write_jsonl(target / "episodes.jsonl", result.episodes)
     atomic_write_json(target / "summary.json", summary)
@@ -157,31 +148,36 @@ def run(
 
 
 class _progress:
-    """A progress bar on a terminal, plain lines every 10% otherwise."""
+    """A progress bar on a terminal; otherwise the text of every ``every``-th update (and
+    the last) as a plain line. The context gives ``tick(completed, text)``."""
 
-    def __init__(self, total: int, label: str):
-        self.total, self.label = total, label
-        self.bar = None
+    def __init__(self, label: str, total: int, done: int = 0, every: int = 1,
+                 transient: bool = True):
+        self.label, self.total, self.done, self.every = label, total, done, every
+        self.transient, self.bar = transient, None
 
-    def __enter__(self) -> Callable[[int], None]:
+    def __enter__(self) -> Callable[[int, str], None]:
         if sys.stderr.isatty():
             from rich.progress import Progress
 
-            self.bar = Progress(console=err, transient=True)
+            self.bar = Progress(*Progress.get_default_columns(), "{task.fields[text]}",
+                                console=err, transient=self.transient)
             self.bar.start()
-            task = self.bar.add_task(self.label, total=self.total)
-            return lambda done: self.bar.update(task, completed=done)
-        step = max(1, self.total // 10)
+            task = self.bar.add_task(self.label, total=self.total, completed=self.done,
+                                     text="")
+            return lambda completed, text: self.bar.update(task, completed=completed,
+                                                           text=text)
 
-        def tick(done: int) -> None:
-            if done % step == 0 or done == self.total:
-                err.print(f"{self.label}: {done}/{self.total} episodes", highlight=False)
+        def tick(completed: int, text: str) -> None:
+            if completed % self.every == 0 or completed == self.total:
+                err.print(text, highlight=False)
 
         return tick
 
     def __exit__(self, *exc: Any) -> None:
         if self.bar is not None:
             self.bar.stop()
+
 
 
 @app.command()
@@ -216,9 +212,9 @@ def train(
               f"policies; {episodes} episodes ({cfg.episodes_per_iter} instances × "
               f"{cfg.group_size}) and {episodes * calls} completions per iteration, at most "
               f"{episodes * tokens:,} tokens per iteration; writing {target}", highlight=False)
-    with _train_progress(cfg.iterations, trainer.iteration) as tick:
+    with _progress("train", cfg.iterations, trainer.iteration, transient=False) as tick:
         try:
-            summary = trainer.train(progress=tick)
+            summary = trainer.train(progress=lambda row: tick(row["iteration"], _row_text(row)))
         except KeyboardInterrupt:
             err.print(f"interrupted after iteration {trainer.iteration}; continue with "
                       f"marl train {scenario} --out {target} --resume", highlight=False)
@@ -227,29 +223,6 @@ def train(
     out.print(f"done: {summary['iterations']} iterations in {summary['wall_s']:.0f} s; best "
               f"eval success {best['eval_success_rate']:.3f} at iteration {best['iteration']}"
               f"; checkpoints in {target / 'checkpoints'}", highlight=False)
-
-
-class _train_progress:
-    """A progress bar on a terminal; otherwise one line per evaluated iteration."""
-
-    def __init__(self, total: int, done: int):
-        self.total, self.done, self.bar = total, done, None
-
-    def __enter__(self) -> Callable[[dict[str, Any]], None]:
-        if sys.stderr.isatty():
-            from rich.progress import Progress
-
-            self.bar = Progress(*Progress.get_default_columns(), "{task.fields[info]}",
-                                console=err, transient=False)
-            self.bar.start()
-            task = self.bar.add_task("train", total=self.total, completed=self.done, info="")
-            return lambda row: self.bar.update(task, completed=row["iteration"],
-                                               info=_row_text(row))
-        return lambda row: err.print(_row_text(row), highlight=False)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def _row_text(row: dict[str, Any]) -> str:

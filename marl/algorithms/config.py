@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from marl.errors import ConfigError
+from marl.overrides import parse_sets
 from marl.scenario import problems_from, read_yaml
 
 
@@ -86,12 +86,10 @@ def load_config(path: str | Path | None = None, sets: list[str] | None = None) -
             raise ConfigError(f"{path}: a config file holds key: value overrides of "
                               f"TrainConfig, got a {type(raw).__name__}.")
         data.update(raw or {})
-    for pair in sets or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set {pair!r}: expected key=value, e.g. --set lr=0.001.")
-        data[key.strip()] = yaml.safe_load(value)
-        lines.pop((key.strip(),), None)
+    overrides = parse_sets(sets or [])
+    data.update(overrides)
+    for key in overrides:  # a value from --set has no line in the file
+        lines.pop((key,), None)
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
