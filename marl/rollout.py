@@ -80,10 +80,6 @@ class EpisodeBatch:
         wanted = torch.tensor([self.agents.index(a) for a in agents])
         return torch.isin(self.call_agent, wanted).nonzero()[:, 0]
 
-    @property
-    def generated_tokens(self) -> int:
-        return int(self.ledger["completion"].sum())
-
 
 def _generate(name: str, policy: Policy, requests: list[Request],
               greedy: bool) -> list[Completion]:

@@ -33,6 +33,7 @@ from marl.algorithms import learner_class
 from marl.algorithms.config import TrainConfig
 from marl.errors import MarlError
 from marl.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from marl.ledger import Ledger
 from marl.rollout import EpisodeBatch, collect, derive_seed
 from marl.runner import build_policies
 from marl.team import Team
@@ -159,7 +160,7 @@ class Trainer:
     def _row(self, batch: EpisodeBatch, stats: dict, seconds: float) -> dict[str, Any]:
         n = len(batch.records)
         tokens = batch.ledger["prompt"] + batch.ledger["completion"]  # (B, R, N)
-        cost = sum(float(r["cost_usd"]) for r in batch.records) / n
+        cost = float(Ledger(batch.rows).cost()) / n
         return {"iteration": self.iteration, "episodes": self.iteration * n,
                 "reward_mean": float(batch.reward.mean()),
                 "success_rate": float(batch.success.float().mean()),

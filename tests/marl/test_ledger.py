@@ -60,6 +60,8 @@ def test_aggregates_and_tensors():
     assert ledger.per_episode()[1] == TokenCounts(11, 0, 1)
     assert ledger.per_edge() == {("a", "b"): 5, ("b", "a"): 6}
     assert ledger.total().total == 79
+    paid = Ledger([make_row(3, 0, 0, "a", "m", TokenPrice(Decimal("0.5")), 4, 0, 0, {})])
+    assert paid.cost_per_episode() == {3: Decimal("2.0")}
     t = ledger.to_tensors([0, 1], rounds=2, agents=["a", "b"])
     assert t["prompt"].shape == (2, 2, 2)
     assert t["prompt"][0, 1, 0] == 30 and t["cached"][0, 1, 0] == 12
