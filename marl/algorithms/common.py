@@ -61,7 +61,8 @@ class Samples:
     old_logprobs: torch.Tensor  # (S, L)
     mask: torch.Tensor  # (S, L)
     advantages: torch.Tensor  # (S,) or (S, L)
-    demos: list[list[int]] = field(default_factory=list)  # oracle messages, tokenised
+    demos: list[list[int]] = field(default_factory=list)  # oracle messages, tokenised ([]:
+    # none, where the oracle would only guess)
 
 
 def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
@@ -76,8 +77,11 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
         for b, k in rows:
             agent = batch.agents[int(batch.call_agent[k])]
             final = team.is_final_call(agent, int(batch.call_round[k]))
-            text = team.task.oracle(agent, batch.observations[b][k], final) + stop
-            ids = t.policy.tokenizer.encode(text)
+            demo = team.task.demonstration(agent, batch.observations[b][k], final)
+            if demo is None:  # the oracle would only guess here: nothing to imitate
+                demos.append([])
+                continue
+            ids = t.policy.tokenizer.encode(demo + stop)
             if not stop and t.policy.tokenizer.eos_id is not None:
                 ids.append(t.policy.tokenizer.eos_id)
             demos.append(ids[: t.policy.sampling.max_new_tokens])
@@ -160,7 +164,7 @@ def guarded_step(t: Trainable, loss: torch.Tensor, cfg: TrainConfig) -> dict:
 
 def update(t: Trainable, s: Samples, cfg: TrainConfig, sft_coef: float) -> dict:
     """``cfg.epochs`` passes of ``cfg.minibatches`` clipped policy-gradient steps."""
-    rows = [i for i in range(len(s.prompts)) if s.completions[i] or s.demos]
+    rows = [i for i in range(len(s.prompts)) if s.completions[i] or (s.demos and s.demos[i])]
     stats: dict[str, float] = {}
     n_steps = 0
     gen = torch.Generator().manual_seed(len(rows))
@@ -188,8 +192,9 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
         sub = Samples([s.prompts[i] for i in gen_rows], [s.completions[i] for i in gen_rows],
                       s.old_logprobs[gen_rows], s.mask[gen_rows], s.advantages[gen_rows])
         loss, stats = pg_terms(t, sub, cfg)
-    if sft_coef > 0 and s.demos:
-        sft = sft_term(t, [s.prompts[i] for i in idx], [s.demos[i] for i in idx])
+    demo_rows = [i for i in idx if s.demos and s.demos[i]]
+    if sft_coef > 0 and demo_rows:
+        sft = sft_term(t, [s.prompts[i] for i in demo_rows], [s.demos[i] for i in demo_rows])
         loss = loss + sft_coef * sft
         stats["sft_loss"] = float(sft.detach())
     stats["loss"] = float(loss.detach())

@@ -21,7 +21,7 @@ class TrainConfig(BaseModel):
     algorithm: Literal["magrpo", "grpo", "ppo"] = Field(
         "magrpo", description="magrpo: joint groups, shared team return; grpo: independent "
                               "per-agent groups and returns; ppo: value head and GAE.")
-    iterations: int = Field(300, ge=1, description="Training iterations.")
+    iterations: int = Field(100, ge=1, description="Training iterations.")
     time_budget_s: float | None = Field(None, gt=0, description="Stop after this many "
                                                                   "seconds of training.")
     target_success: float | None = Field(
@@ -35,7 +35,7 @@ class TrainConfig(BaseModel):
     credit: Literal["team", "difference", "shapley"] = Field(
         "team", description="team: every agent gets the team advantage; difference / shapley: "
                             "per-agent credit from counterfactual replays with agents muted.")
-    lr: float = Field(3e-3, gt=0, description="Adam learning rate.")
+    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     epochs: int = Field(2, ge=1, description="Passes over each batch (models trained from "
                                              "scratch need many steps per batch).")

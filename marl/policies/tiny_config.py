@@ -16,7 +16,7 @@ PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "model"
 
 @dataclass(frozen=True)
 class TinyConfig:
-    """Model shape. Defaults are the ``tiny`` preset (about 0.1M parameters)."""
+    """Model shape. Defaults are the ``tiny`` preset (about 0.4M parameters)."""
 
     vocab_size: int = CharTokenizer().vocab_size
     """Token ids, including the special ones."""
@@ -24,7 +24,7 @@ class TinyConfig:
     """Transformer blocks."""
     n_head: int = 4
     """Attention heads per block."""
-    n_embd: int = 64
+    n_embd: int = 128
     """Width of the residual stream."""
     mlp_ratio: int = 4
     """MLP hidden width as a multiple of n_embd (unless mlp_hidden is set)."""

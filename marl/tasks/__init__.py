@@ -10,6 +10,7 @@ from orchestration.hints import did_you_mean, listing
 
 TASKS: dict[str, str] = {
     "signal_v0": "marl.tasks.signal:Signal",
+    "lewis_v0": "marl.tasks.lewis:Lewis",
     "gather_v0": "marl.tasks.gather:Gather",
     "vote_v0": "marl.tasks.vote:Vote",
     "relay_v0": "marl.tasks.relay:Relay",

@@ -100,6 +100,15 @@ class Task(ABC):
     def oracle(self, agent: str, observation: str, final: bool) -> str:
         """The scripted policy: act from the observation text alone."""
 
+    def demonstration(self, agent: str, observation: str, final: bool) -> str | None:
+        """The oracle's action as a training target, or ``None`` where the oracle would only
+        guess (an answer whose inputs never arrived or arrived garbled).
+
+        Imitating guesses teaches a bias, not the task: early in training most messages are
+        noise, and a listener drilled to answer the oracle's fallback to noise settles there.
+        """
+        return self.oracle(agent, observation, final)
+
     @abstractmethod
     def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
         """A uniformly random message (or answer) of the right format."""

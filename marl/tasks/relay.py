@@ -82,5 +82,9 @@ class Relay(Task):
                 return msg
         return "?" * n
 
+    def demonstration(self, agent: str, observation: str, final: bool) -> str | None:
+        answer = self.oracle(agent, observation, final)
+        return None if final and "?" in answer else answer
+
     def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
         return "".join(rng.choice(list(LETTERS), size=self.params.fact_length))

@@ -123,6 +123,14 @@ class Signal(Task):
                 return index
         return "0"
 
+    def demonstration(self, agent: str, observation: str, final: bool) -> str | None:
+        prefix = self._prefix(observation)
+        candidates = private_text(observation).removeprefix("candidates: ").split()
+        if final and not any(prefix is not None and c.partition("=")[2].startswith(prefix)
+                             for c in candidates):
+            return None
+        return self.oracle(agent, observation, final)
+
     def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
         if final:
             return str(int(rng.integers(self.params.candidates)))

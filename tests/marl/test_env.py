@@ -22,7 +22,7 @@ def test_enough_scenarios_ship():
     assert kinds == {"star", "chain", "ring", "complete", "debate", "tree", "layered",
                      "random", "custom"}
     tasks = {load_team(p).task.id for p in SCENARIOS}
-    assert tasks == {"signal_v0", "gather_v0", "vote_v0", "relay_v0"}
+    assert tasks == {"signal_v0", "lewis_v0", "gather_v0", "vote_v0", "relay_v0"}
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
@@ -67,7 +67,7 @@ def test_schedule_layers_and_unscheduled_agents(teams):
 
 
 def test_actions_are_sanitized_truncated_and_flagged(teams):
-    env = TeamEnv(teams["signal"], seed=0)
+    env = TeamEnv(teams["signal_pick"], seed=0)
     env.reset()
     _, _, _, _, infos = env.step({"speaker": "ab\ncdé" + "z" * 20})
     flags = infos["speaker"]["flags"]

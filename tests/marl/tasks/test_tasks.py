@@ -12,16 +12,17 @@ from marl.team import load_team
 from tests.marl.conftest import ROOT, SCENARIOS
 
 
-@pytest.mark.parametrize("name", ["signal", "signal_star", "gather_star", "gather_chain",
-                                  "gather_tree", "gather_layered", "relay_chain", "relay_ring",
-                                  "relay_custom"])
+@pytest.mark.parametrize("name", ["signal", "signal_pick", "signal_star", "gather_star",
+                                  "gather_chain", "gather_tree", "gather_layered", "relay_chain",
+                                  "relay_ring", "relay_custom"])
 def test_oracle_is_perfect(name):
     result = run(load_team(ROOT / "scenarios" / f"{name}.yaml"), 60, seed=11, policy="scripted")
     assert all(e["success"] for e in result.episodes)
 
 
 @pytest.mark.parametrize(("name", "chance", "tol"), [
-    ("signal", 1 / 4, 0.07), ("signal_star", 1 / 6, 0.06), ("gather_star", 1 / 10, 0.05),
+    ("signal", 1 / 4, 0.07), ("signal_pick", 1 / 4, 0.07), ("signal_star", 1 / 6, 0.06),
+    ("gather_star", 1 / 10, 0.05),
     ("vote_complete", 1 / 2, 0.08), ("relay_chain", 0.0, 0.01)])
 def test_random_policy_sits_near_chance(name, chance, tol):
     result = run(load_team(ROOT / "scenarios" / f"{name}.yaml"), 300, seed=4, policy="random")
@@ -67,3 +68,35 @@ def test_task_card(task_id):
     for section in ("Agents", "Private information", "Messages", "Answer", "Reward",
                     "Version history"):
         assert f"\n{section}\n" in card
+
+
+@pytest.mark.parametrize(("name", "noise"), [
+    ("signal", "zz"), ("signal_pick", "zzz"), ("gather_star", "????????"),
+    ("relay_chain", "????"), ("vote_debate", None)])
+def test_demonstrations_skip_the_oracles_guesses(name, noise):
+    """Where the answer's inputs are noise, the oracle guesses and there is no demonstration;
+    where they arrived, the demonstration is the oracle's action."""
+    team = load_team(ROOT / "scenarios" / f"{name}.yaml")
+    task, oracle = team.task, ScriptedPolicy(team.task)
+    finals = {}
+    for garble in (False, True):
+        env = TeamEnv(team, seed=0)
+        obs, infos = env.reset()
+        while env.agents:
+            acts = {}
+            for a in env.scheduled:
+                final = infos[a]["final_call"]
+                acts[a] = oracle.generate([Request(a, obs[a], final=final)])[0].text
+                if final:
+                    finals[garble] = (a, obs[a])
+                elif garble and noise is not None:
+                    acts[a] = noise
+            obs, _, _, _, infos = env.step(acts)
+    agent, seen = finals[False]
+    assert task.demonstration(agent, seen, True) == task.oracle(agent, seen, True)
+    agent, seen = finals[True]
+    if noise is None:  # a voter always knows its own label: never a guess
+        assert task.demonstration(agent, seen, True) == task.oracle(agent, seen, True)
+    else:
+        assert task.demonstration(agent, seen, True) is None
+        assert task.oracle(agent, seen, True)  # the oracle itself still answers

@@ -1,0 +1,114 @@
+"""lewis_v0: the Lewis signalling game.
+
+Agents
+    A *speaker* (``params.speaker``, default: the first agent that is not an answer agent)
+    and one or more *listeners* (the answer agents). Any other agents may relay.
+Private information
+    The speaker sees which of K objects is the target (``object: 2``); everyone else sees
+    ``object: ?``.
+Messages
+    ``message_length`` lowercase letters. The task fixes no meaning for them: the team has
+    to agree on a code (the oracle's is one of many that work).
+Answer
+    One digit: the target's index.
+Reward
+    1 if the team names the target, else 0 (chance: 1/K).
+Oracle
+    The speaker sends the K-th letter of the alphabet for object K (``c`` for object 2),
+    repeated ``message_length`` times; relays forward the first message they read;
+    listeners decode the first letter.
+
+Unlike ``signal_v0``, the listener holds no private list to search: decoding is a fixed
+mapping from message to answer, the classic setting of emergent-communication studies.
+
+Version history
+    v0: initial version.
+"""
+
+from __future__ import annotations
+
+import string
+
+import numpy as np
+from pydantic import Field
+
+from marl.errors import Problem
+from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, private_text
+from orchestration.hints import did_you_mean, listing
+
+LETTERS = string.ascii_lowercase
+
+
+class LewisParams(TaskParams):
+    objects: int = Field(4, ge=2, le=10, description="Number of objects K.")
+    message_length: int = Field(1, ge=1, le=8, description="Letters per message.")
+    speaker: str | None = Field(None, description="Agent that sees the target.")
+
+
+class Lewis(Task):
+    id = "lewis_v0"
+    Params = LewisParams
+    params: LewisParams
+
+    @property
+    def speaker(self) -> str:
+        if self.params.speaker:
+            return self.params.speaker
+        return next((a for a in self.agents if a not in self.answer_agents), self.agents[0])
+
+    def check(self) -> list[Problem]:
+        p = self.params
+        if p.speaker is not None and p.speaker not in self.agents:
+            return [Problem("task.params.speaker", f"unknown agent {p.speaker!r}."
+                            f"{did_you_mean(p.speaker, self.agents)} Agents: "
+                            f"{listing(self.agents)}.")]
+        if self.speaker in self.answer_agents:
+            return [Problem("task.params.speaker", f"the speaker {self.speaker!r} is also an "
+                            "answer agent, so the game is trivial; lewis_v0 needs a speaker "
+                            "that is not among protocol.answer (add another agent or choose "
+                            "another speaker).")]
+        return []
+
+    def required_sources(self) -> set[str]:
+        return {self.speaker}
+
+    def sample(self, rng: np.random.Generator) -> Instance:
+        target = int(rng.integers(self.params.objects))
+        private = dict.fromkeys(self.agents, "object: ?")
+        private[self.speaker] = f"object: {target}"
+        return Instance(private, str(target), {"target": target})
+
+    def message_length(self, agent: str) -> int:
+        return self.params.message_length
+
+    @property
+    def answer_length(self) -> int:
+        return 1
+
+    def _code(self, observation: str) -> str | None:
+        mine = private_text(observation).removeprefix("object: ")
+        if mine.isdigit():
+            return LETTERS[int(mine)] * self.params.message_length
+        m = self.params.message_length
+        for _, msg in inbox_messages(observation, self.agents):
+            if len(msg) == m and all(c in LETTERS for c in msg):
+                return msg
+        return None
+
+    def oracle(self, agent: str, observation: str, final: bool) -> str:
+        code = self._code(observation)
+        if not final:
+            return code or "?" * self.params.message_length
+        index = LETTERS.index(code[0]) if code else 0
+        return str(index if index < self.params.objects else 0)
+
+    def demonstration(self, agent: str, observation: str, final: bool) -> str | None:
+        code = self._code(observation)
+        if final and (code is None or LETTERS.index(code[0]) >= self.params.objects):
+            return None
+        return self.oracle(agent, observation, final)
+
+    def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
+        if final:
+            return str(int(rng.integers(self.params.objects)))
+        return "".join(rng.choice(list(LETTERS), size=self.params.message_length))
