@@ -1,6 +1,7 @@
 """Training benchmarks for ``marl train`` (CPU, tiny preset, from scratch).
 
     python benchmarks/train.py throughput        # batched MAGRPO vs one sequence at a time
+                                                 # (--epochs 2 --minibatches 8: the defaults)
     python benchmarks/train.py signal            # time to eval success >= 0.95 (budget 5 min)
     python benchmarks/train.py gather            # gather_star to >= 0.9 (budget 20 min)
     python benchmarks/train.py penalty           # tokens and success with / without penalty
@@ -87,15 +88,47 @@ class OneAtATime(Policy):
         return out
 
 
-def throughput(out: Path, episodes: int = 16, group: int = 8) -> None:
+def sequential_update(t, rows: list[tuple], cfg: TrainConfig) -> None:
+    """The update of :func:`marl.algorithms.common.update` (same epochs, minibatches,
+    clipped loss and SFT term), one sequence per forward and backward pass."""
+    gen = torch.Generator().manual_seed(len(rows))
+    old: dict[int, torch.Tensor] = {}
+    for _ in range(cfg.epochs):
+        order = torch.randperm(len(rows), generator=gen).tolist()
+        size = -(-len(order) // cfg.minibatches)
+        for start in range(0, len(order), size):
+            idx = order[start : start + size]
+            tokens = sum(len(rows[i][1]) for i in idx) or 1
+            demo_tokens = sum(len(rows[i][3]) for i in idx) or 1
+            t.optimizer.zero_grad(set_to_none=True)
+            for i in idx:
+                prompt, completion, adv, demo = rows[i]
+                loss = torch.zeros(())
+                if completion:
+                    lp, m = t.policy.score([prompt], [completion])
+                    ratio = (lp - old.setdefault(i, lp.detach())).exp()
+                    clipped = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
+                    pg = -torch.minimum(ratio * adv, clipped * adv)
+                    loss = loss + (pg * m).sum() / tokens
+                if demo and cfg.sft_coef:
+                    dlp, dm = t.policy.score([prompt], [demo])
+                    loss = loss - cfg.sft_coef * (dlp * dm).sum() / demo_tokens
+                loss.backward()
+            torch.nn.utils.clip_grad_norm_(t.policy.parameters(), cfg.max_grad_norm)
+            t.optimizer.step()
+
+
+def throughput(out: Path, episodes: int, group: int, epochs: int, minibatches: int) -> None:
     """Samples (completions) per second of one MAGRPO iteration on a locally built tiny
-    HF Llama: the batched engine and update vs generation and loss one sequence at a time."""
+    HF Llama: the batched engine and update vs generation and the same update one
+    sequence at a time."""
     model = build_tiny_hf(out / "hf")
     data = yaml.safe_load((ROOT / "scenarios" / "gather_star.yaml").read_text())
     data["policies"] = {n: {**p, "backend": "hf", "path": str(model)}
                         for n, p in data["policies"].items()}
     team = load_team(data)
-    cfg = TrainConfig(episodes_per_iter=episodes, group_size=group)
+    cfg = TrainConfig(episodes_per_iter=episodes, group_size=group, epochs=epochs,
+                      minibatches=minibatches)
     trainer = Trainer(team, cfg, out / "batched")
     trainer.step()  # warm-up
     start = time.perf_counter()
@@ -108,21 +141,19 @@ def throughput(out: Path, episodes: int = 16, group: int = 8) -> None:
     start = time.perf_counter()
     batches = [collect(team, slow, 1, 1, seed=i) for i in range(episodes * group)]
     for t in learner.trainables:
-        t.optimizer.zero_grad()
+        rows = []
         for b in batches:
             s = samples_for(t, team, b, b.reward[:, None].expand(-1, len(team.ids)),
-                            with_demos=True)
-            for i in range(len(s.prompts)):
-                lp, m = t.policy.score([s.prompts[i]], [s.completions[i]])
-                (-(lp * m).sum() * float(s.advantages[i])).backward()
-                demo_lp, dm = t.policy.score([s.prompts[i]], [s.demos[i]])
-                (-(demo_lp * dm).sum()).backward()
-        t.optimizer.step()
+                            with_demos=cfg.sft_coef > 0)
+            rows += [(s.prompts[i], s.completions[i], float(s.advantages[i]),
+                      s.demos[i] if s.demos else []) for i in range(len(s.prompts))]
+        sequential_update(t, rows, cfg)
     sequential_s = time.perf_counter() - start
-    print(f"gather_star, tiny HF Llama, {samples} samples (completions) per iteration")
+    print(f"gather_star, tiny HF Llama, {samples} samples (completions) per iteration, "
+          f"update: {epochs} epoch(s) x {minibatches} minibatch(es)")
     print(f"batched MAGRPO iteration (engine + batched update): {samples / batched_s:8.1f} "
           "samples/s")
-    print(f"one sequence at a time (HF generate + per-sequence loss): "
+    print(f"one sequence at a time (HF generate + per-sequence update): "
           f"{samples / sequential_s:8.1f} samples/s")
     print(f"speed-up: {sequential_s / batched_s:.1f}x")
 
@@ -169,11 +200,15 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None, help="seconds per run")
     parser.add_argument("--scenario", default="relay_chain.yaml",
                         help="compare: scenario file in scenarios/")
+    parser.add_argument("--epochs", type=int, default=1,
+                        help="throughput: passes over the batch (1: MAGRPO's on-policy step)")
+    parser.add_argument("--minibatches", type=int, default=1,
+                        help="throughput: optimizer steps per pass")
     args = parser.parse_args()
     torch.set_num_threads(2)
     out = args.out or Path(tempfile.mkdtemp(prefix="marl-bench-"))
     if args.which == "throughput":
-        throughput(out)
+        throughput(out, 16, 8, args.epochs, args.minibatches)
     elif args.which == "signal":
         target_run("signal.yaml", 0.95, args.budget or 300, out / "signal")
     elif args.which == "gather":

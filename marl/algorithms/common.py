@@ -107,9 +107,29 @@ def aggregate(x: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
     return per_seq[mask.any(-1)].mean() if mask.any() else x.sum() * 0
 
 
-def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig) -> tuple[torch.Tensor, dict]:
-    """The RL part of the loss for rows ``s`` (all with at least one generated token)."""
-    lp, mask, ent = t.policy.score(s.prompts, s.completions, entropy=True)
+def score_rows(t: Trainable, prompts: list, completions: list,
+               entropy: bool = False) -> tuple[torch.Tensor, ...]:
+    """:meth:`LMPolicy.score` with every distinct (prompt, completion) pair run once.
+
+    A group's G rollouts share their first prompts, their demonstrations are equal, and a
+    confident policy repeats itself, so a batch holds many duplicate rows. Their log-probs
+    are gathered back row by row, so gradients sum over duplicates exactly as if each row
+    had its own forward and backward pass.
+    """
+    keys: dict[tuple, int] = {}
+    index = [keys.setdefault((tuple(p), tuple(c)), len(keys))
+             for p, c in zip(prompts, completions, strict=True)]
+    unique = list(keys)
+    out = t.policy.score([p for p, _ in unique], [list(c) for _, c in unique], entropy=entropy)
+    rows = torch.tensor(index, device=out[0].device)
+    return tuple(x.index_select(0, rows) for x in out)
+
+
+def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
+             scored: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, dict]:
+    """The RL part of the loss for rows ``s`` (all with at least one generated token);
+    ``scored``: their ``(logprobs, mask, entropy)`` if already computed."""
+    lp, mask, ent = scored or score_rows(t, s.prompts, s.completions, entropy=True)
     width = lp.shape[1]
     old = s.old_logprobs[:, :width].to(lp.device)
     adv = s.advantages[:, None] if s.advantages.dim() == 1 else s.advantages[:, :width]
@@ -136,8 +156,10 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig) -> tuple[torch.Tensor, 
     return loss, stats
 
 
-def sft_term(t: Trainable, prompts: list, demos: list[list[int]]) -> torch.Tensor:
-    lp, mask = t.policy.score(prompts, demos)
+def sft_term(t: Trainable, prompts: list, demos: list[list[int]],
+             scored: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+    """Mean negative log-likelihood of the demonstrations (``scored``: as in pg_terms)."""
+    lp, mask = (scored or score_rows(t, prompts, demos))[:2]
     return -(lp * mask).sum() / mask.sum().clamp(min=1)
 
 
@@ -186,15 +208,25 @@ def update(t: Trainable, s: Samples, cfg: TrainConfig, sft_coef: float) -> dict:
 def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
                     sft_coef: float) -> tuple[torch.Tensor, dict]:
     gen_rows = [i for i in idx if s.completions[i]]
+    demo_rows = [i for i in idx if sft_coef > 0 and s.demos and s.demos[i]]
     loss = torch.zeros((), device=t.policy.model.device)
     stats: dict[str, float] = {}
+    if not gen_rows and not demo_rows:
+        stats["loss"] = 0.0
+        return loss, stats
+    # One forward pass for the sampled completions and the demonstrations together.
+    prompts = [s.prompts[i] for i in gen_rows + demo_rows]
+    targets = [s.completions[i] for i in gen_rows] + [s.demos[i] for i in demo_rows]
+    lp, mask, ent = score_rows(t, prompts, targets, entropy=True)
+    g = len(gen_rows)
     if gen_rows:
-        sub = Samples([s.prompts[i] for i in gen_rows], [s.completions[i] for i in gen_rows],
-                      s.old_logprobs[gen_rows], s.mask[gen_rows], s.advantages[gen_rows])
-        loss, stats = pg_terms(t, sub, cfg)
-    demo_rows = [i for i in idx if s.demos and s.demos[i]]
-    if sft_coef > 0 and demo_rows:
-        sft = sft_term(t, [s.prompts[i] for i in demo_rows], [s.demos[i] for i in demo_rows])
+        sub = Samples(prompts[:g], targets[:g], s.old_logprobs[gen_rows], s.mask[gen_rows],
+                      s.advantages[gen_rows])
+        width = int(mask[:g].sum(-1).max())
+        loss, stats = pg_terms(t, sub, cfg, (lp[:g, :width], mask[:g, :width],
+                                             ent[:g, :width]))
+    if demo_rows:
+        sft = sft_term(t, prompts[g:], targets[g:], (lp[g:], mask[g:]))
         loss = loss + sft_coef * sft
         stats["sft_loss"] = float(sft.detach())
     stats["loss"] = float(loss.detach())
