@@ -271,7 +271,9 @@ def _check_lengths(scn: Scenario, team_agents: list[Agent], task: Task,
         need = task.answer_length if agent.id in task.answer_agents else 0
         # Every policy must leave room for the oracle's messages, so that any team can be
         # run with --policy scripted or random for comparison.
-        need = max(need, task.message_length(agent.id))
+        # (An answer agent of a one-round game only ever answers.)
+        if agent.id not in task.answer_agents or scn.protocol.rounds > 1:
+            need = max(need, task.message_length(agent.id))
         if spec.max_new_tokens < need:
             seen.add(agent.policy)
             problems.append(Problem(f"policies.{agent.policy}.max_new_tokens", f"{task.id} "

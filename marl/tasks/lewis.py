@@ -41,7 +41,7 @@ LETTERS = string.ascii_lowercase
 
 class LewisParams(TaskParams):
     objects: int = Field(4, ge=2, le=10, description="Number of objects K.")
-    message_length: int = Field(1, ge=1, le=8, description="Letters per message.")
+    message_length: int = Field(1, ge=1, le=64, description="Letters per message.")
     speaker: str | None = Field(None, description="Agent that sees the target.")
 
 

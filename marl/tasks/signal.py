@@ -18,6 +18,10 @@ Oracle
     The speaker sends the target's prefix; relays forward the first prefix they read;
     listeners answer the index of the candidate with that prefix.
 
+The listener must find the heard word in its own list and read off the index in front of
+it: an induction-style lookup, far harder for a small model trained from scratch than the
+fixed decoding of ``lewis_v0``, the same game without the private list.
+
 Version history
     v0: initial version.
 """

@@ -219,9 +219,10 @@ CASES = [
     # agent ids
     ("template id without {i}", setting("agents", 1, "id", value="w"), "agents[1].id",
      ["'w'", "{i}"]),
-    ("max_new_tokens below the task's need", setting("policies", "lead", "max_new_tokens",
+    ("max_new_tokens below the task's need", setting("policies", "worker", "max_new_tokens",
                                                      value=1),
-     "policies.lead.max_new_tokens", ["gather_v0", "needs 4", "limit is 1", "raise it to 4"]),
+     "policies.worker.max_new_tokens", ["gather_v0", "needs 4", "limit is 1",
+                                        "raise it to 4"]),
     ("non-ASCII prompt", setting("agents", 0, "prompt", value="Add ü and ✓"),
      "agents[0].prompt", ["ü", "✓", "charset", "remove"]),
 ]  # fmt: skip
