@@ -5,6 +5,7 @@
     python benchmarks/train.py signal            # time to eval success >= 0.95 (budget 5 min)
     python benchmarks/train.py gather            # gather_star to >= 0.9 (budget 20 min)
     python benchmarks/train.py penalty           # tokens and success with / without penalty
+                                                 # (signal_verbose, --iterations 400)
     python benchmarks/train.py compare           # MAGRPO vs GRPO vs PPO, same budget
                                                  # (--scenario relay_chain.yaml)
 
@@ -14,7 +15,6 @@ Each prints a table; run directories go under ``--out`` (default a temp dir).
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -158,26 +158,32 @@ def throughput(out: Path, episodes: int, group: int, epochs: int, minibatches: i
     print(f"speed-up: {sequential_s / batched_s:.1f}x")
 
 
-def penalty(out: Path, budget: float) -> None:
+def penalty(out: Path, iterations: int, per_1k: float = 10.0) -> None:
+    """signal_verbose (the oracle's code repeats its letter 32 times) trained with a fading
+    oracle, with and without a token penalty: the same seed, config and iterations."""
     rows = []
-    for p in (0.0, 2.0):
-        team = load_team(ROOT / "scenarios" / "gather_star.yaml")
-        data = team.scenario.model_dump()
+    for p in (0.0, per_1k):
+        data = yaml.safe_load((ROOT / "scenarios" / "signal_verbose.yaml").read_text())
         data["costs"]["penalty_per_1k"] = p
-        path = out / f"gather_star_p{p}.json"
-        path.write_text(json.dumps(data, default=str))
-        trainer = Trainer(load_team(data), TrainConfig(time_budget_s=budget, iterations=100_000),
+        trainer = Trainer(load_team(data), TrainConfig(iterations=iterations, sft_decay=0.95),
                           out / f"p{p}")
-        trainer.train()
-        last = trainer.rows[-5:]
+        trainer.train(progress=lambda r, p=p: print(
+            f"  penalty {p}: iter {r['iteration']:4d} success {r['success_rate']:.3f} "
+            f"tokens/ep {r['tokens_per_episode']:.0f}", flush=True)
+            if r["iteration"] % 50 == 0 else None)
+        last = trainer.rows[-20:]
+        evals = [r["eval_success_rate"] for r in last if "eval_success_rate" in r]
         rows.append((p, sum(r["tokens_per_episode"] for r in last) / len(last),
-                     sum(r["success_rate"] for r in last) / len(last)))
-    print(f"{'penalty_per_1k':>15} {'tokens/episode':>15} {'success':>8}")
-    for p, tokens, success in rows:
-        print(f"{p:15.1f} {tokens:15.1f} {success:8.3f}")
+                     sum(r["success_rate"] for r in last) / len(last),
+                     sum(evals) / len(evals)))
+    print(f"signal_verbose, {iterations} iterations, sft_decay 0.95; means over the last 20 "
+          "iterations")
+    print(f"{'penalty_per_1k':>15} {'tokens/episode':>15} {'success':>8} {'eval success':>13}")
+    for p, tokens, success, ev in rows:
+        print(f"{p:15.1f} {tokens:15.1f} {success:8.3f} {ev:13.3f}")
     base, pen = rows
     print(f"tokens saved: {100 * (1 - pen[1] / base[1]):.1f}%, success change "
-          f"{100 * (pen[2] - base[2]):+.1f} points")
+          f"{100 * (pen[2] - base[2]):+.1f} points (eval {100 * (pen[3] - base[3]):+.1f})")
 
 
 def compare(out: Path, budget: float, scenario: str) -> None:
@@ -200,6 +206,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None, help="seconds per run")
     parser.add_argument("--scenario", default="relay_chain.yaml",
                         help="compare: scenario file in scenarios/")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="penalty: iterations per run (default 400)")
     parser.add_argument("--epochs", type=int, default=1,
                         help="throughput: passes over the batch (1: MAGRPO's on-policy step)")
     parser.add_argument("--minibatches", type=int, default=1,
@@ -214,7 +222,7 @@ def main() -> None:
     elif args.which == "gather":
         target_run("gather_star.yaml", 0.9, args.budget or 1200, out / "gather")
     elif args.which == "penalty":
-        penalty(out, args.budget or 300)
+        penalty(out, args.iterations or 400)
     else:
         compare(out, args.budget or 180, args.scenario)
 
