@@ -16,7 +16,7 @@ PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "model"
 
 @dataclass(frozen=True)
 class TinyConfig:
-    """Model shape. Defaults are the ``tiny`` preset (about 0.4M parameters)."""
+    """Model shape. Defaults are the ``tiny`` preset (about 0.42M parameters)."""
 
     vocab_size: int = CharTokenizer().vocab_size
     """Token ids, including the special ones."""
@@ -36,7 +36,7 @@ class TinyConfig:
     """Base of the rotary position frequencies."""
     norm_eps: float | None = None
     """RMSNorm epsilon; None: torch's default for the dtype."""
-    tie_embeddings: bool = True
+    tie_embeddings: bool = False
     """Share the input embedding with the output projection."""
 
     @property
