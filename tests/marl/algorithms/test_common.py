@@ -56,4 +56,3 @@ def test_score_rows_runs_duplicates_once_with_the_same_gradient():
     assert torch.allclose(lp, lp2, atol=1e-6)
     for g, h in zip(fast, (p.grad for p in t.policy.parameters()), strict=True):
         assert torch.allclose(g, h, rtol=1e-4, atol=1e-5 * float(h.abs().max()))
-
