@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from marl.errors import Problem
+from orchestration.hints import did_you_mean, listing
 
 
 class TaskParams(BaseModel):
@@ -78,6 +79,27 @@ class Task(ABC):
 
     def check(self) -> list[Problem]:
         """Cross-field problems of this task with this team (paths start at ``task``)."""
+        return []
+
+    def role_agent(self, chosen: str | None) -> str:
+        """A role such as speaker or source: ``chosen``, else the first non-answer agent."""
+        if chosen:
+            return chosen
+        return next((a for a in self.agents if a not in self.answer_agents), self.agents[0])
+
+    def role_problems(self, key: str, chosen: str | None, may_answer: bool) -> list[Problem]:
+        """An unknown agent in ``params.<key>``, or (unless ``may_answer``) a role agent
+        that is also an answer agent, which makes the game trivial."""
+        if chosen is not None and chosen not in self.agents:
+            return [Problem(f"task.params.{key}", f"unknown agent {chosen!r}."
+                            f"{did_you_mean(chosen, self.agents)} Agents: "
+                            f"{listing(self.agents)}.")]
+        agent = self.role_agent(chosen)
+        if not may_answer and agent in self.answer_agents:
+            return [Problem(f"task.params.{key}", f"the {key} {agent!r} is also an answer "
+                            f"agent, so the game is trivial; {self.id} needs a {key} that is "
+                            "not among protocol.answer (add another agent or choose another "
+                            f"{key}).")]
         return []
 
     @abstractmethod

@@ -34,7 +34,6 @@ from pydantic import Field
 
 from marl.errors import Problem
 from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, private_text
-from orchestration.hints import did_you_mean, listing
 
 LETTERS = string.ascii_lowercase
 
@@ -52,22 +51,10 @@ class Lewis(Task):
 
     @property
     def speaker(self) -> str:
-        if self.params.speaker:
-            return self.params.speaker
-        return next((a for a in self.agents if a not in self.answer_agents), self.agents[0])
+        return self.role_agent(self.params.speaker)
 
     def check(self) -> list[Problem]:
-        p = self.params
-        if p.speaker is not None and p.speaker not in self.agents:
-            return [Problem("task.params.speaker", f"unknown agent {p.speaker!r}."
-                            f"{did_you_mean(p.speaker, self.agents)} Agents: "
-                            f"{listing(self.agents)}.")]
-        if self.speaker in self.answer_agents:
-            return [Problem("task.params.speaker", f"the speaker {self.speaker!r} is also an "
-                            "answer agent, so the game is trivial; lewis_v0 needs a speaker "
-                            "that is not among protocol.answer (add another agent or choose "
-                            "another speaker).")]
-        return []
+        return self.role_problems("speaker", self.params.speaker, may_answer=False)
 
     def required_sources(self) -> set[str]:
         return {self.speaker}

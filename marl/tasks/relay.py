@@ -27,7 +27,6 @@ from pydantic import Field
 
 from marl.errors import Problem
 from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, private_text
-from orchestration.hints import did_you_mean, listing
 
 LETTERS = string.ascii_lowercase
 
@@ -44,16 +43,10 @@ class Relay(Task):
 
     @property
     def source(self) -> str:
-        if self.params.source:
-            return self.params.source
-        return next((a for a in self.agents if a not in self.answer_agents), self.agents[0])
+        return self.role_agent(self.params.source)
 
     def check(self) -> list[Problem]:
-        src = self.params.source
-        if src is not None and src not in self.agents:
-            return [Problem("task.params.source", f"unknown agent {src!r}."
-                            f"{did_you_mean(src, self.agents)} Agents: {listing(self.agents)}.")]
-        return []
+        return self.role_problems("source", self.params.source, may_answer=True)
 
     def required_sources(self) -> set[str]:
         return {self.source}

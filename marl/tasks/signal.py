@@ -35,7 +35,6 @@ from pydantic import Field
 
 from marl.errors import Problem
 from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, private_text
-from orchestration.hints import did_you_mean, listing
 
 LETTERS = string.ascii_lowercase
 
@@ -61,21 +60,12 @@ class Signal(Task):
 
     @property
     def speaker(self) -> str:
-        if self.params.speaker:
-            return self.params.speaker
-        return next((a for a in self.agents if a not in self.answer_agents), self.agents[0])
+        return self.role_agent(self.params.speaker)
 
     def check(self) -> list[Problem]:
         p = self.params
-        if p.speaker is not None and p.speaker not in self.agents:
-            return [Problem("task.params.speaker", f"unknown agent {p.speaker!r}."
-                            f"{did_you_mean(p.speaker, self.agents)} Agents: "
-                            f"{listing(self.agents)}.")]
-        if self.speaker in self.answer_agents:
-            return [Problem("task.params.speaker", f"the speaker {self.speaker!r} is also an "
-                            "answer agent, so the game is trivial; signal_v0 needs a speaker "
-                            "that is not among protocol.answer (add another agent or choose "
-                            "another speaker).")]
+        if problems := self.role_problems("speaker", p.speaker, may_answer=False):
+            return problems
         if 26**self.m < p.candidates:
             return [Problem("task.params.message_length", f"{self.m} letters cannot tell "
                             f"{p.candidates} candidates apart; raise message_length.")]
