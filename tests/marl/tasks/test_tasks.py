@@ -2,8 +2,10 @@ import sys
 
 import numpy as np
 import pytest
+import yaml
 
 from marl.env import TeamEnv
+from marl.errors import ScenarioError
 from marl.policies import Request
 from marl.policies.scripted import ScriptedPolicy
 from marl.runner import run
@@ -100,3 +102,15 @@ def test_demonstrations_skip_the_oracles_guesses(name, noise):
     else:
         assert task.demonstration(agent, seen, True) is None
         assert task.oracle(agent, seen, True)  # the oracle itself still answers
+
+
+@pytest.mark.parametrize(("speaker", "fragments"), [
+    ("listner", ["task.params.speaker", "unknown agent 'listner'", "listener"]),
+    ("listener", ["task.params.speaker", "also an answer agent", "lewis_v0"])])
+def test_lewis_speaker_problems_name_the_field(speaker, fragments):
+    data = yaml.safe_load((ROOT / "scenarios" / "signal.yaml").read_text())
+    data["task"]["params"]["speaker"] = speaker
+    with pytest.raises(ScenarioError) as err:
+        load_team(data)
+    for fragment in fragments:
+        assert fragment in str(err.value)
