@@ -5,7 +5,7 @@
     python benchmarks/train.py signal            # time to eval success >= 0.95 (budget 5 min)
     python benchmarks/train.py gather            # gather_star to >= 0.9 (budget 20 min)
     python benchmarks/train.py penalty           # tokens and success with / without penalty
-                                                 # (signal_verbose, --iterations 400)
+                                                 # (signal_verbose, --per-1k 2)
     python benchmarks/train.py compare           # MAGRPO vs GRPO vs PPO, same budget
                                                  # (--scenario relay_chain.yaml)
 
@@ -158,15 +158,17 @@ def throughput(out: Path, episodes: int, group: int, epochs: int, minibatches: i
     print(f"speed-up: {sequential_s / batched_s:.1f}x")
 
 
-def penalty(out: Path, iterations: int, per_1k: float = 10.0) -> None:
+def penalty(out: Path, iterations: int, per_1k: float) -> None:
     """signal_verbose (the oracle's code repeats its letter 32 times) trained with a fading
-    oracle, with and without a token penalty: the same seed, config and iterations."""
+    oracle, with and without a token penalty: the same seed, config and iterations. One
+    on-policy step per batch (epochs 1, minibatches 1): with the default 2 x 8 off-policy
+    steps a solved team collapses once the oracle has faded."""
     rows = []
     for p in (0.0, per_1k):
         data = yaml.safe_load((ROOT / "scenarios" / "signal_verbose.yaml").read_text())
         data["costs"]["penalty_per_1k"] = p
-        trainer = Trainer(load_team(data), TrainConfig(iterations=iterations, sft_decay=0.95),
-                          out / f"p{p}")
+        cfg = TrainConfig(iterations=iterations, sft_decay=0.95, epochs=1, minibatches=1)
+        trainer = Trainer(load_team(data), cfg, out / f"p{p}")
         trainer.train(progress=lambda r, p=p: print(
             f"  penalty {p}: iter {r['iteration']:4d} success {r['success_rate']:.3f} "
             f"tokens/ep {r['tokens_per_episode']:.0f}", flush=True)
@@ -176,8 +178,8 @@ def penalty(out: Path, iterations: int, per_1k: float = 10.0) -> None:
         rows.append((p, sum(r["tokens_per_episode"] for r in last) / len(last),
                      sum(r["success_rate"] for r in last) / len(last),
                      sum(evals) / len(evals)))
-    print(f"signal_verbose, {iterations} iterations, sft_decay 0.95; means over the last 20 "
-          "iterations")
+    print(f"signal_verbose, {iterations} iterations, sft_decay 0.95, epochs 1, minibatches 1; "
+          "means over the last 20 iterations")
     print(f"{'penalty_per_1k':>15} {'tokens/episode':>15} {'success':>8} {'eval success':>13}")
     for p, tokens, success, ev in rows:
         print(f"{p:15.1f} {tokens:15.1f} {success:8.3f} {ev:13.3f}")
@@ -207,7 +209,9 @@ def main() -> None:
     parser.add_argument("--scenario", default="relay_chain.yaml",
                         help="compare: scenario file in scenarios/")
     parser.add_argument("--iterations", type=int, default=None,
-                        help="penalty: iterations per run (default 400)")
+                        help="penalty: iterations per run (default 300)")
+    parser.add_argument("--per-1k", type=float, default=2.0,
+                        help="penalty: penalty_per_1k of the penalised run")
     parser.add_argument("--epochs", type=int, default=1,
                         help="throughput: passes over the batch (1: MAGRPO's on-policy step)")
     parser.add_argument("--minibatches", type=int, default=1,
@@ -222,7 +226,7 @@ def main() -> None:
     elif args.which == "gather":
         target_run("gather_star.yaml", 0.9, args.budget or 1200, out / "gather")
     elif args.which == "penalty":
-        penalty(out, args.iterations or 400)
+        penalty(out, args.iterations or 300, args.per_1k)
     else:
         compare(out, args.budget or 180, args.scenario)
 
