@@ -61,8 +61,8 @@ class Samples:
     old_logprobs: torch.Tensor  # (S, L)
     mask: torch.Tensor  # (S, L)
     advantages: torch.Tensor  # (S,) or (S, L)
-    demos: list[list[int]] = field(default_factory=list)  # oracle messages, tokenised ([]:
-    # none, where the oracle would only guess)
+    # The oracle's messages, tokenised; [] where it would only guess.
+    demos: list[list[int]] = field(default_factory=list)
 
 
 def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
@@ -186,7 +186,8 @@ def guarded_step(t: Trainable, loss: torch.Tensor, cfg: TrainConfig) -> dict:
 
 def update(t: Trainable, s: Samples, cfg: TrainConfig, sft_coef: float) -> dict:
     """``cfg.epochs`` passes of ``cfg.minibatches`` clipped policy-gradient steps."""
-    rows = [i for i in range(len(s.prompts)) if s.completions[i] or (s.demos and s.demos[i])]
+    rows = [i for i in range(len(s.prompts))
+            if s.completions[i] or (sft_coef > 0 and s.demos and s.demos[i])]
     stats: dict[str, float] = {}
     n_steps = 0
     gen = torch.Generator().manual_seed(len(rows))
@@ -211,9 +212,6 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
     demo_rows = [i for i in idx if sft_coef > 0 and s.demos and s.demos[i]]
     loss = torch.zeros((), device=t.policy.model.device)
     stats: dict[str, float] = {}
-    if not gen_rows and not demo_rows:
-        stats["loss"] = 0.0
-        return loss, stats
     # One forward pass for the sampled completions and the demonstrations together.
     prompts = [s.prompts[i] for i in gen_rows + demo_rows]
     targets = [s.completions[i] for i in gen_rows] + [s.demos[i] for i in demo_rows]

@@ -82,18 +82,19 @@ class Lewis(Task):
                 return msg
         return None
 
-    def oracle(self, agent: str, observation: str, final: bool) -> str:
+    def _answer(self, observation: str) -> str | None:
+        """The object the heard code names; None if no code names one."""
         code = self._code(observation)
+        index = LETTERS.index(code[0]) if code else self.params.objects
+        return str(index) if index < self.params.objects else None
+
+    def oracle(self, agent: str, observation: str, final: bool) -> str:
         if not final:
-            return code or "?" * self.params.message_length
-        index = LETTERS.index(code[0]) if code else 0
-        return str(index if index < self.params.objects else 0)
+            return self._code(observation) or "?" * self.params.message_length
+        return self._answer(observation) or "0"
 
     def demonstration(self, agent: str, observation: str, final: bool) -> str | None:
-        code = self._code(observation)
-        if final and (code is None or LETTERS.index(code[0]) >= self.params.objects):
-            return None
-        return self.oracle(agent, observation, final)
+        return self._answer(observation) if final else self.oracle(agent, observation, False)
 
     def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
         if final:

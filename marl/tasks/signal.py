@@ -106,24 +106,24 @@ class Signal(Task):
                 return msg
         return None
 
-    def oracle(self, agent: str, observation: str, final: bool) -> str:
+    def _answer(self, observation: str) -> str | None:
+        """The index of the candidate with the heard prefix; None if none matches."""
         prefix = self._prefix(observation)
-        if not final:
-            return prefix or "?" * self.m
-        candidates = private_text(observation).removeprefix("candidates: ").split()
-        for item in candidates:
+        if prefix is None:
+            return None
+        for item in private_text(observation).removeprefix("candidates: ").split():
             index, _, word = item.partition("=")
-            if prefix is not None and word.startswith(prefix):
+            if word.startswith(prefix):
                 return index
-        return "0"
+        return None
+
+    def oracle(self, agent: str, observation: str, final: bool) -> str:
+        if not final:
+            return self._prefix(observation) or "?" * self.m
+        return self._answer(observation) or "0"
 
     def demonstration(self, agent: str, observation: str, final: bool) -> str | None:
-        prefix = self._prefix(observation)
-        candidates = private_text(observation).removeprefix("candidates: ").split()
-        if final and not any(prefix is not None and c.partition("=")[2].startswith(prefix)
-                             for c in candidates):
-            return None
-        return self.oracle(agent, observation, final)
+        return self._answer(observation) if final else self.oracle(agent, observation, False)
 
     def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
         if final:

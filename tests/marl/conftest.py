@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -9,3 +10,27 @@ SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 @pytest.fixture
 def scenario_dir() -> Path:
     return ROOT / "scenarios"
+
+
+def kill_and_resume(team, cfg, tmp_path: Path, kill_at: int, resume_from: int):
+    """Train ``full`` uninterrupted; train ``killed`` until a KeyboardInterrupt after
+    iteration ``kill_at``, check it resumes at ``resume_from`` (its last checkpoint) and
+    finish it. Returns both runs' metrics rows, without the timing fields."""
+    from marl.trainer import Trainer
+
+    Trainer(team, cfg, tmp_path / "full").train()
+
+    def kill(row):
+        if row["iteration"] == kill_at:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(team, cfg, tmp_path / "killed").train(progress=kill)
+    # The iteration in flight is lost; everything up to the last checkpoint is kept.
+    resumed = Trainer(team, cfg, tmp_path / "killed", resume=True)
+    assert resumed.iteration == resume_from
+    resumed.train()
+    return tuple([{k: v for k, v in json.loads(line).items()
+                   if k not in ("wall_s", "samples_per_s")}
+                  for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+                 for run in ("full", "killed"))

@@ -16,7 +16,7 @@ from marl.tasks import TASKS
 from marl.tasks.base import Instance, Task, TaskParams
 from marl.team import load_team
 from marl.trainer import Trainer
-from tests.marl.conftest import ROOT
+from tests.marl.conftest import ROOT, kill_and_resume
 
 
 class SayDigit(Task):
@@ -78,27 +78,10 @@ def test_parameters_change_after_a_step(toy, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
 
 
-def strip(rows):
-    return [{k: v for k, v in r.items() if k not in ("wall_s", "samples_per_s")} for r in rows]
-
-
 def test_kill_and_resume_equals_an_uninterrupted_run(toy, tmp_path):
     cfg = small(iterations=6, sft_coef=0.5)
-    Trainer(toy, cfg, tmp_path / "full").train()
-
-    def kill_after_4(row):
-        if row["iteration"] == 4:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(toy, cfg, tmp_path / "killed").train(progress=kill_after_4)
-    # The iteration in flight is lost; everything up to the last checkpoint is kept.
-    resumed = Trainer(toy, cfg, tmp_path / "killed", resume=True)
-    assert resumed.iteration == 4
-    resumed.train()
-    full, again = ([json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text()
-                    .splitlines()] for run in ("full", "killed"))
-    assert strip(again) == strip(full) and len(full) == 6
+    full, again = kill_and_resume(toy, cfg, tmp_path, kill_at=4, resume_from=4)
+    assert again == full and len(full) == 6
 
 
 def test_existing_run_needs_resume(toy, tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
-import json
 import string
 
 import pytest
@@ -19,7 +18,7 @@ from marl.rollout import collect
 from marl.runner import build_policies
 from marl.team import load_team
 from marl.tokenizer import CharTokenizer
-from marl.trainer import Trainer
+from tests.marl.conftest import kill_and_resume
 
 SIGNAL = {
     "name": "signal_tiny",
@@ -216,19 +215,5 @@ def test_trainer_kill_and_resume_equals_an_uninterrupted_run(tmp_path):
     team = load_team(SIGNAL)
     cfg = config(critic="central", iterations=4, episodes_per_iter=2, group_size=2,
                  checkpoint_every=2, eval_every=4, eval_episodes=2, sft_coef=0.5)
-    Trainer(team, cfg, tmp_path / "full").train()
-
-    def kill_after_3(row):
-        if row["iteration"] == 3:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(team, cfg, tmp_path / "killed").train(progress=kill_after_3)
-    resumed = Trainer(team, cfg, tmp_path / "killed", resume=True)
-    assert resumed.iteration == 2
-    resumed.train()
-    full, again = ([{k: v for k, v in json.loads(line).items()
-                     if k not in ("wall_s", "samples_per_s")}
-                    for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
-                   for run in ("full", "killed"))
+    full, again = kill_and_resume(team, cfg, tmp_path, kill_at=3, resume_from=2)
     assert again == full and len(full) == 4
