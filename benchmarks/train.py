@@ -3,7 +3,8 @@
     python benchmarks/train.py throughput        # batched MAGRPO vs one sequence at a time
                                                  # (--epochs 2 --minibatches 8: the defaults)
     python benchmarks/train.py signal            # time to eval success >= 0.95 (budget 5 min)
-    python benchmarks/train.py gather            # gather_star to >= 0.9 (budget 20 min)
+    python benchmarks/train.py gather            # gather_star to >= 0.9 (budget 20 min;
+                                                 # --demo-episodes 64: oracle-played demos)
     python benchmarks/train.py penalty           # tokens and success with / without penalty
                                                  # (signal_verbose, --per-1k 2)
     python benchmarks/train.py compare           # MAGRPO vs GRPO vs PPO, same budget
@@ -212,6 +213,8 @@ def main() -> None:
                         help="penalty: iterations per run (default 300)")
     parser.add_argument("--per-1k", type=float, default=2.0,
                         help="penalty: penalty_per_1k of the penalised run")
+    parser.add_argument("--demo-episodes", type=int, default=64,
+                        help="gather: oracle-played instances per iteration for the SFT term")
     parser.add_argument("--epochs", type=int, default=1,
                         help="throughput: passes over the batch (1: MAGRPO's on-policy step)")
     parser.add_argument("--minibatches", type=int, default=1,
@@ -224,7 +227,9 @@ def main() -> None:
     elif args.which == "signal":
         target_run("signal.yaml", 0.95, args.budget or 300, out / "signal")
     elif args.which == "gather":
-        target_run("gather_star.yaml", 0.9, args.budget or 1200, out / "gather")
+        print(f"gather_star, demo_episodes={args.demo_episodes}")
+        target_run("gather_star.yaml", 0.9, args.budget or 1200, out / "gather",
+                   demo_episodes=args.demo_episodes)
     elif args.which == "penalty":
         penalty(out, args.iterations or 300, args.per_1k)
     else:

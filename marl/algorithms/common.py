@@ -9,7 +9,8 @@ Loss (per policy, tokens t of its agents' completions, advantage A)::
 
 With one epoch the ratio is 1 and this is MAGRPO's REINFORCE gradient −A·∇log π. ``agg`` is
 the token mean (``token``) or the mean of per-sequence means (``sequence``). L_SFT is the
-negative log-likelihood of the task oracle's message for the same observation.
+negative log-likelihood of the task oracle's message for the same observation, and (with
+``demo_episodes``) of every message in extra episodes the oracle plays alone.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ import torch
 from marl.algorithms.config import TrainConfig
 from marl.policies.generation import score
 from marl.policies.lm import LMPolicy
-from marl.rollout import EpisodeBatch
+from marl.policies.scripted import ScriptedPolicy
+from marl.rollout import EpisodeBatch, collect, derive_seed
 from marl.team import Team
+
+DEMO_STREAM = 7
 
 
 @dataclass
@@ -66,25 +70,13 @@ class Samples:
 
 
 def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
-                with_demos: bool) -> Samples:
+                with_demos: bool, oracle: EpisodeBatch | None = None) -> Samples:
     """Rows of ``t``'s agents; ``adv`` is ``(B, N)`` per-agent advantages (or ``(B, K, L)``
-    per-token ones)."""
+    per-token ones). ``oracle``: episodes played by the task oracle, whose calls are added
+    as demonstration-only rows (no completion, advantage 0)."""
     slots = batch.slots(t.agents).tolist()
     rows = [(b, k) for b in range(len(batch.records)) for k in slots]
-    stop = t.policy.sampling.stop[0] if t.policy.sampling.stop else ""
-    demos = []
-    if with_demos:
-        for b, k in rows:
-            agent = batch.agents[int(batch.call_agent[k])]
-            final = team.is_final_call(agent, int(batch.call_round[k]))
-            demo = team.task.demonstration(agent, batch.observations[b][k], final)
-            if demo is None:  # the oracle would only guess here: nothing to imitate
-                demos.append([])
-                continue
-            ids = t.policy.tokenizer.encode(demo + stop)
-            if not stop and t.policy.tokenizer.eos_id is not None:
-                ids.append(t.policy.tokenizer.eos_id)
-            demos.append(ids[: t.policy.sampling.max_new_tokens])
+    demos = [_demo_ids(t, team, batch, b, k) for b, k in rows] if with_demos else []
     bi = torch.tensor([b for b, _ in rows])
     ki = torch.tensor([k for _, k in rows])
     mask = batch.mask[bi, ki]
@@ -92,10 +84,49 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
         row_adv = adv[bi, batch.call_agent[ki]]
     else:
         row_adv = adv[bi, ki]
-    return Samples(prompts=[batch.prompt_ids[b][k] for b, k in rows],
-                   completions=[batch.tokens[b, k][batch.mask[b, k]].tolist() for b, k in rows],
-                   old_logprobs=batch.logprobs[bi, ki], mask=mask, advantages=row_adv,
-                   demos=demos)
+    s = Samples(prompts=[batch.prompt_ids[b][k] for b, k in rows],
+                completions=[batch.tokens[b, k][batch.mask[b, k]].tolist() for b, k in rows],
+                old_logprobs=batch.logprobs[bi, ki], mask=mask, advantages=row_adv,
+                demos=demos)
+    if oracle is None or not with_demos:
+        return s
+    extra = [(b, k) for b in range(len(oracle.records)) for k in oracle.slots(t.agents).tolist()]
+    n, width = len(extra), s.mask.shape[1]
+    return Samples(
+        prompts=s.prompts + [tuple(t.policy.tokenizer.encode_prompt(oracle.observations[b][k]))
+                             for b, k in extra],
+        completions=s.completions + [[] for _ in extra],
+        old_logprobs=torch.cat([s.old_logprobs, s.old_logprobs.new_zeros(n, width)]),
+        mask=torch.cat([s.mask, s.mask.new_zeros(n, width)]),
+        advantages=torch.cat([s.advantages, s.advantages.new_zeros(n, *s.advantages.shape[1:])]),
+        demos=s.demos + [_demo_ids(t, team, oracle, b, k) for b, k in extra])
+
+
+def _demo_ids(t: Trainable, team: Team, batch: EpisodeBatch, b: int, k: int) -> list[int]:
+    """The oracle's message for call ``k`` of episode ``b``, tokenised with the stop string
+    (or eos) the policy must learn to end with; [] where the oracle would only guess."""
+    agent = batch.agents[int(batch.call_agent[k])]
+    final = team.is_final_call(agent, int(batch.call_round[k]))
+    demo = team.task.demonstration(agent, batch.observations[b][k], final)
+    if demo is None:
+        return []
+    tok = t.policy.tokenizer
+    stop = t.policy.sampling.stop[0] if t.policy.sampling.stop else ""
+    ids = tok.encode(demo + stop)
+    if not stop and tok.eos_id is not None:
+        ids.append(tok.eos_id)
+    return ids[: t.policy.sampling.max_new_tokens]
+
+
+def oracle_episodes(team: Team, policies: dict, episodes: int, seed: int) -> EpisodeBatch:
+    """``episodes`` fresh task instances played by the task oracle for every agent (counted
+    with each agent's own tokenizer), for ``demo_episodes``."""
+    oracles: dict[int, ScriptedPolicy] = {}
+    for a in team.ids:
+        oracles.setdefault(id(policies[a]), ScriptedPolicy(team.task,
+                                                           tokenizer=policies[a].tokenizer))
+    return collect(team, {a: oracles[id(policies[a])] for a in team.ids}, episodes, 1,
+                   seed=derive_seed(seed, DEMO_STREAM))
 
 
 def aggregate(x: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:

@@ -50,6 +50,10 @@ class TrainConfig(BaseModel):
                                                    "oracle's demonstrations (0: pure RL).")
     sft_decay: float = Field(1.0, gt=0, le=1, description="sft_coef is multiplied by this "
                                                           "after each iteration.")
+    demo_episodes: int = Field(0, ge=0, description="Extra task instances per iteration "
+                               "played by the task oracle alone; every call in them is a "
+                               "demonstration for the SFT term (behaviour cloning on clean "
+                               "inputs). 0: demonstrations only on what the team itself saw.")
     value_coef: float = Field(0.5, ge=0, description="ppo: value loss weight.")
     gamma: float = Field(1.0, ge=0, le=1, description="ppo: discount per token.")
     lam: float = Field(0.95, ge=0, le=1, description="ppo: GAE lambda.")

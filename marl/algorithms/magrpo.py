@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from marl.algorithms.common import Trainable, samples_for, trainables, update
+from marl.algorithms.common import Trainable, oracle_episodes, samples_for, trainables, update
 from marl.algorithms.config import TrainConfig
 from marl.credit import agent_credit
 from marl.kernels import group_advantages, group_key
@@ -69,8 +69,10 @@ class MAGRPO:
     def update(self, batch: EpisodeBatch, seed: int) -> dict[str, float]:
         adv = self.advantages(batch, seed)
         stats: dict[str, float] = {}
+        oracle = (oracle_episodes(self.team, self.policies, self.cfg.demo_episodes, seed)
+                  if self.cfg.demo_episodes and self.sft_coef > 0 else None)
         for t in self.trainables:
-            s = samples_for(t, self.team, batch, adv, with_demos=self.sft_coef > 0)
+            s = samples_for(t, self.team, batch, adv, self.sft_coef > 0, oracle)
             for k, v in update(t, s, self.cfg, self.sft_coef).items():
                 stats[k] = stats.get(k, 0.0) + v / len(self.trainables)
         stats["sft_coef"] = self.sft_coef

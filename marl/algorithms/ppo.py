@@ -49,7 +49,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from marl.algorithms.common import Trainable, optimizer_step, samples_for, trainables, update
+from marl.algorithms.common import (
+    Trainable,
+    optimizer_step,
+    oracle_episodes,
+    samples_for,
+    trainables,
+    update,
+)
 from marl.algorithms.config import TrainConfig
 from marl.errors import MarlError
 from marl.kernels import gae
@@ -248,8 +255,10 @@ class PPO:
         inputs = [self.inputs(c, batch) for c in self.critics]
         adv, returns = self.advantages(batch, inputs)
         stats: dict[str, float] = {}
+        oracle = (oracle_episodes(self.team, self.policies, self.cfg.demo_episodes, seed)
+                  if self.cfg.demo_episodes and self.sft_coef > 0 else None)
         for t in self.trainables:
-            s = samples_for(t, self.team, batch, adv, with_demos=self.sft_coef > 0)
+            s = samples_for(t, self.team, batch, adv, self.sft_coef > 0, oracle)
             for k, v in update(t, s, self.cfg, self.sft_coef).items():
                 stats[k] = stats.get(k, 0.0) + v / len(self.trainables)
         for i, (c, x, ret) in enumerate(zip(self.critics, inputs, returns, strict=True)):

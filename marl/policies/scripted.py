@@ -8,13 +8,17 @@ import numpy as np
 
 from marl.policies.base import Completion, Policy, Request
 from marl.tasks import Task
+from marl.tokenizer import Tokenizer
 
 
 class ScriptedPolicy(Policy):
-    """The task's oracle, acting from the observation text alone."""
+    """The task's oracle, acting from the observation text alone. ``tokenizer`` counts its
+    tokens (default: the character tokenizer)."""
 
-    def __init__(self, task: Task, seed: int = 0):
+    def __init__(self, task: Task, seed: int = 0, tokenizer: Tokenizer | None = None):
         self.task = task
+        if tokenizer is not None:
+            self.tokenizer = tokenizer
 
     def generate(self, requests: Sequence[Request], greedy: bool = False) -> list[Completion]:
         return [Completion(self.task.oracle(r.agent, r.observation, r.final)) for r in requests]

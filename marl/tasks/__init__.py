@@ -11,7 +11,8 @@ from orchestration.hints import did_you_mean, listing
 TASKS: dict[str, str] = {
     "signal_v0": "marl.tasks.signal:Signal",
     "lewis_v0": "marl.tasks.lewis:Lewis",
-    "gather_v0": "marl.tasks.gather:Gather",
+    "gather_v1": "marl.tasks.gather:Gather",
+    "gather_v0": "marl.tasks.gather:GatherV0",
     "vote_v0": "marl.tasks.vote:Vote",
     "relay_v0": "marl.tasks.relay:Relay",
 }

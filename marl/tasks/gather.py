@@ -1,8 +1,8 @@
-"""gather_v0: aggregate private values over the topology.
+"""gather_v1: aggregate private values over the topology.
 
 Agents
     Every agent holds a private value in ``[0, values)``; the answer agents must output
-    the sum of all values modulo ``values``.
+    the sum of all values (``modulo: true``, and gather_v0: the sum modulo ``values``).
 Private information
     ``value: 07`` (zero-padded to the width of ``values - 1``).
 Messages
@@ -11,17 +11,28 @@ Messages
     topology, so information must really flow: the answer agent can only be right if every
     value reaches it.
 Answer
-    The zero-padded sum modulo ``values``.
+    The sum, zero-padded to the width of the largest possible sum (of ``values`` with
+    ``modulo``).
 Reward
-    1 if correct, else 0 (chance: 1/values).
+    1 if correct, else 0. Exact match needs every value: without one of them, ``values``
+    answers are equally likely. A uniformly random answer is right with chance
+    1/(largest sum + 1): 1/37 for four values below 10 (1/values with ``modulo``).
 Oracle
     Merge the own value with every table read; send the table; answer the sum.
 
 Version history
-    v0: initial version.
+    v1: the answer is the plain sum. A sum modulo ``values`` of several values is
+        parity-like: any set of values short of all of them carries no information about
+        the answer, so a model learning from scratch gets no gradient until it uses every
+        value at once (a 0.42M-parameter model trained supervised on perfect tables stayed
+        at chance for 3,000 steps on four values). The plain sum keeps "right only if every
+        value arrives" while partial information correlates with the answer.
+    v0: the sum modulo ``values``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 from pydantic import Field
@@ -33,16 +44,36 @@ DIGITS = "0123456789"
 
 class GatherParams(TaskParams):
     values: int = Field(10, ge=2, le=1000, description="Values are drawn from [0, values).")
+    modulo: bool = Field(False, description="Answer the sum modulo values (gather_v0).")
+
+
+class GatherV0Params(GatherParams):
+    modulo: bool = Field(True, description="Answer the sum modulo values.")
 
 
 class Gather(Task):
-    id = "gather_v0"
+    id = "gather_v1"
     Params = GatherParams
     params: GatherParams
 
     @property
     def width(self) -> int:
+        """Characters per value in a table."""
         return len(str(self.params.values - 1))
+
+    @property
+    def answer_length(self) -> int:
+        return len(str(self._largest_answer))
+
+    @property
+    def _largest_answer(self) -> int:
+        if self.params.modulo:
+            return self.params.values - 1
+        return (self.params.values - 1) * len(self.agents)
+
+    def _total(self, values: Iterable[int]) -> str:
+        total = sum(values) % self.params.values if self.params.modulo else sum(values)
+        return f"{total:0{self.answer_length}d}"
 
     def required_sources(self) -> set[str]:
         return set(self.agents)
@@ -50,15 +81,11 @@ class Gather(Task):
     def sample(self, rng: np.random.Generator) -> Instance:
         vals = [int(v) for v in rng.integers(self.params.values, size=len(self.agents))]
         private = {a: f"value: {v:0{self.width}d}" for a, v in zip(self.agents, vals, strict=True)}
-        answer = f"{sum(vals) % self.params.values:0{self.width}d}"
+        answer = self._total(vals)
         return Instance(private, answer, {"values": vals})
 
     def message_length(self, agent: str) -> int:
         return self.width * len(self.agents)
-
-    @property
-    def answer_length(self) -> int:
-        return self.width
 
     def _known(self, agent: str, observation: str) -> dict[int, int]:
         w = self.width
@@ -79,7 +106,7 @@ class Gather(Task):
         known = self._known(agent, observation)
         w = self.width
         if final:
-            return f"{sum(known.values()) % self.params.values:0{w}d}"
+            return self._total(known.values())
         return "".join(
             f"{known[i]:0{w}d}" if i in known else "?" * w for i in range(len(self.agents))
         )
@@ -91,5 +118,13 @@ class Gather(Task):
 
     def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
         if final:
-            return f"{int(rng.integers(self.params.values)):0{self.width}d}"
+            return f"{int(rng.integers(self._largest_answer + 1)):0{self.answer_length}d}"
         return "".join(rng.choice(list(DIGITS), size=self.message_length(agent)))
+
+
+class GatherV0(Gather):
+    """gather_v0: the sum modulo ``values`` (see the version history above)."""
+
+    id = "gather_v0"
+    Params = GatherV0Params
+    params: GatherV0Params

@@ -79,7 +79,7 @@ def test_parameters_change_after_a_step(toy, tmp_path):
 
 
 def test_kill_and_resume_equals_an_uninterrupted_run(toy, tmp_path):
-    cfg = small(iterations=6, sft_coef=0.5)
+    cfg = small(iterations=6, sft_coef=0.5, demo_episodes=2)
     full, again = kill_and_resume(toy, cfg, tmp_path, kill_at=4, resume_from=4)
     assert again == full and len(full) == 6
 

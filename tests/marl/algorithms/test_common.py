@@ -2,7 +2,7 @@
 
 import torch
 
-from marl.algorithms.common import samples_for, score_rows, trainables
+from marl.algorithms.common import oracle_episodes, samples_for, score_rows, trainables, update
 from marl.algorithms.config import TrainConfig
 from marl.policies.scripted import ScriptedPolicy
 from marl.rollout import collect
@@ -56,3 +56,38 @@ def test_score_rows_runs_duplicates_once_with_the_same_gradient():
     assert torch.allclose(lp, lp2, atol=1e-6)
     for g, h in zip(fast, (p.grad for p in t.policy.parameters()), strict=True):
         assert torch.allclose(g, h, rtol=1e-4, atol=1e-5 * float(h.abs().max()))
+
+
+def test_oracle_episodes_add_demonstration_rows():
+    # With demo_episodes, the oracle plays fresh instances alone; every call of the policy's
+    # agents there is a demonstration row with no completion and advantage 0.
+    team = load_team(ROOT / "scenarios" / "gather_star.yaml")
+    policies = build_policies(team, seed=0)
+    batch = collect(team, policies, episodes=2, group_size=2, seed=0)
+    oracle = oracle_episodes(team, policies, 3, seed=5)
+    assert oracle.success.all()
+    lead = next(t for t in trainables(team, policies, TrainConfig()) if t.name == "lead")
+    adv = torch.ones(len(batch.records), len(team.ids))
+    s = samples_for(lead, team, batch, adv, True, oracle)
+    assert len(s.prompts) == 4 + 3
+    assert s.completions[4:] == [[], [], []] and not s.mask[4:].any()
+    assert s.advantages[4:].eq(0).all() and s.advantages[:4].eq(1).all()
+    decode = lead.policy.tokenizer.decode
+    assert [decode(d) for d in s.demos[4:]] == [f"{r['target']}\n" for r in oracle.records]
+    assert [decode(list(p)) for p in s.prompts[4:]] == [
+        decode(lead.policy.tokenizer.encode_prompt(o[-1])) for o in oracle.observations]
+    before = [p.detach().clone() for p in lead.policy.parameters()]
+    only_demos = samples_for(lead, team, batch, adv, True, oracle)
+    only_demos.completions[:4] = [[], [], [], []]  # the team's own rows: nothing to train
+    only_demos.demos[:4] = [[], [], [], []]
+    stats = update(lead, only_demos, TrainConfig(epochs=1, minibatches=1), sft_coef=1.0)
+    assert stats["sft_loss"] > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, lead.policy.parameters(),
+                                                      strict=True))
+
+
+def test_oracle_episodes_are_seeded():
+    team = load_team(ROOT / "scenarios" / "gather_star.yaml")
+    policies = build_policies(team, seed=0)
+    a, b, c = (oracle_episodes(team, policies, 4, seed=s) for s in (1, 1, 2))
+    assert a.observations == b.observations != c.observations
