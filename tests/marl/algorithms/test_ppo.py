@@ -159,10 +159,12 @@ def test_state_dict_round_trip_gives_identical_next_updates():
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_same_seed_same_update():
+@pytest.mark.parametrize("overrides", [{}, {"sft_coef": 1.0, "demo_episodes": 2}],
+                         ids=["rl", "oracle-demos"])
+def test_same_seed_same_update(overrides):
     stats, params = [], []
     for _ in range(2):
-        _, _, learner, batch = setup(GATHER, critic="central")
+        _, _, learner, batch = setup(GATHER, critic="central", **overrides)
         stats.append(learner.update(batch, seed=3))
         params.append(snapshot(learner))
     assert stats[0] == stats[1]
