@@ -6,7 +6,7 @@
     python benchmarks/train.py gather            # gather_star to >= 0.9 (budget 20 min;
                                                  # --demo-episodes 64: oracle-played demos)
     python benchmarks/train.py penalty           # tokens and success with / without penalty
-                                                 # (signal_verbose, --per-1k 2)
+                                                 # (signal_verbose, --per-1k 1)
     python benchmarks/train.py compare           # MAGRPO vs GRPO vs PPO, same budget
                                                  # (--scenario relay_chain.yaml)
 
@@ -210,8 +210,8 @@ def main() -> None:
     parser.add_argument("--scenario", default="relay_chain.yaml",
                         help="compare: scenario file in scenarios/")
     parser.add_argument("--iterations", type=int, default=None,
-                        help="penalty: iterations per run (default 300)")
-    parser.add_argument("--per-1k", type=float, default=2.0,
+                        help="penalty: iterations per run (default 400)")
+    parser.add_argument("--per-1k", type=float, default=1.0,
                         help="penalty: penalty_per_1k of the penalised run")
     parser.add_argument("--demo-episodes", type=int, default=64,
                         help="gather: oracle-played instances per iteration for the SFT term")
@@ -231,7 +231,7 @@ def main() -> None:
         target_run("gather_star.yaml", 0.9, args.budget or 1200, out / "gather",
                    demo_episodes=args.demo_episodes)
     elif args.which == "penalty":
-        penalty(out, args.iterations or 300, args.per_1k)
+        penalty(out, args.iterations or 400, args.per_1k)
     else:
         compare(out, args.budget or 180, args.scenario)
 
