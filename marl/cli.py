@@ -211,7 +211,10 @@ def train(
     out.print(f"{team.name}: {cfg.algorithm}, {len(trainer.learner.trainables)} trainable "
               f"policies; {episodes} episodes ({cfg.episodes_per_iter} instances × "
               f"{cfg.group_size}) and {episodes * calls} completions per iteration, at most "
-              f"{episodes * tokens:,} tokens per iteration; writing {target}", highlight=False)
+              f"{episodes * tokens:,} tokens per iteration"
+              + (f"; {cfg.demo_episodes} oracle-played instances as demonstrations"
+                 if cfg.demo_episodes and cfg.sft_coef else "")
+              + f"; writing {target}", highlight=False)
     with _progress("train", cfg.iterations, trainer.iteration, transient=False) as tick:
         try:
             summary = trainer.train(progress=lambda row: tick(row["iteration"], _row_text(row)))

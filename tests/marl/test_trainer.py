@@ -150,8 +150,9 @@ def test_cli_train_smoke(tmp_path):
     res = CliRunner().invoke(app, [
         "train", str(ROOT / "scenarios" / "signal.yaml"), "--out", str(out),
         "--set", "iterations=2", "--set", "episodes_per_iter=2", "--set", "group_size=2",
-        "--set", "eval_episodes=4", "--set", "eval_every=1"])
+        "--set", "eval_episodes=4", "--set", "eval_every=1", "--set", "demo_episodes=2"])
     assert res.exit_code == 0, res.output
+    assert "2 oracle-played instances as demonstrations" in res.output
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     keys = {"iteration", "episodes", "reward_mean", "success_rate", "tokens_per_episode",
             "cost_per_episode", "tokens_per_agent", "loss", "entropy", "kl", "grad_norm",
