@@ -2,7 +2,8 @@
 
 Agents
     Every agent holds a private value in ``[0, values)``; the answer agents must output
-    the sum of all values (``modulo: true``, and gather_v0: the sum modulo ``values``).
+    the sum of all values (with ``modulo: true``, as in gather_v0: the sum modulo
+    ``values``).
 Private information
     ``value: 07`` (zero-padded to the width of ``values - 1``).
 Messages
@@ -11,7 +12,7 @@ Messages
     topology, so information must really flow: the answer agent can only be right if every
     value reaches it.
 Answer
-    The sum, zero-padded to the width of the largest possible sum (of ``values`` with
+    The sum, zero-padded to the width of the largest possible sum (of ``values - 1`` with
     ``modulo``).
 Reward
     1 if correct, else 0. Exact match needs every value: without one of them, ``values``
