@@ -16,7 +16,8 @@ Reward
 Oracle
     The speaker sends the K-th letter of the alphabet for object K (``c`` for object 2),
     repeated ``message_length`` times; relays forward the first message they read;
-    listeners decode the first letter.
+    listeners decode the first letter of the first message of ``message_length`` letters
+    (a message of any other length or charset counts as no code: no demonstration).
 
 Unlike ``signal_v0``, the listener holds no private list to search: decoding is a fixed
 mapping from message to answer, the classic setting of emergent-communication studies.
