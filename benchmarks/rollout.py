@@ -105,6 +105,9 @@ class Timed:
     def decode(self, *args):
         return self._timed(self.inner.decode, *args)
 
+    def expand(self, *args):
+        return self._timed(self.inner.expand, *args)
+
     def logits(self, *args):
         return self.inner.logits(*args)
 

@@ -144,6 +144,11 @@ def run(
               f"{summary['token_penalty_mean']:.4f})  {summary['episodes_per_s']:.1f} episodes/s"
               f"  {summary['tokens_per_s']:,.0f} generated tokens/s",
               highlight=False)
+    out.print("format valid: " + ", ".join(f"{a} {r:.3f}" for a, r in
+                                           summary["format_valid_rate"].items())
+              + "   agrees with the oracle: " + ", ".join(
+                  f"{a} {r:.3f}" for a, r in summary["oracle_agreement"].items()),
+              highlight=False)
     out.print(f"wrote {target / 'summary.json'} and {target / 'episodes.jsonl'}", highlight=False)
 
 
@@ -208,33 +213,63 @@ def train(
     episodes = cfg.episodes_per_iter * cfg.group_size
     calls = len(team.ids) * team.rounds
     tokens = predict_team(team).total.total
-    out.print(f"{team.name}: {cfg.algorithm}, {len(trainer.learner.trainables)} trainable "
-              f"policies; {episodes} episodes ({cfg.episodes_per_iter} instances × "
+    warmup = (f"{cfg.warmup} warm-up steps on the {cfg.warmup_source} policy's messages, then "
+              if cfg.warmup else "")
+    out.print(f"{team.name}: {warmup}{cfg.algorithm}, {len(trainer.learner.trainables)} "
+              f"trainable policies; {episodes} episodes ({cfg.episodes_per_iter} instances × "
               f"{cfg.group_size}) and {episodes * calls} completions per iteration, at most "
               f"{episodes * tokens:,} tokens per iteration"
-              + (f"; {cfg.demo_episodes} oracle-played instances as demonstrations"
-                 if cfg.demo_episodes and cfg.sft_coef else "")
+              + (f"; {len(cfg.curriculum)} curriculum stages" if cfg.curriculum else "")
               + f"; writing {target}", highlight=False)
-    with _progress("train", cfg.iterations, trainer.iteration, transient=False) as tick:
+    if cfg.uses_oracle:
+        used = [f"sft_coef {cfg.sft_coef}" + (f" with {cfg.demo_episodes} oracle-played "
+                                              "instances per iteration" if cfg.demo_episodes
+                                              else "")] if cfg.sft_coef else []
+        used += ["the oracle's messages in the warm-up"] if cfg.warmup_source == "oracle" else []
+        out.print(f"uses the task oracle ({'; '.join(used)}): what this run learns is "
+                  "imitation, not discovery (summary.json: uses_oracle true)", highlight=False)
+    total = cfg.warmup + cfg.iterations
+    with _progress("train", total, trainer.step_count, transient=False) as tick:
         try:
-            summary = trainer.train(progress=lambda row: tick(row["iteration"], _row_text(row)))
+            summary = trainer.train(progress=lambda row: tick(row["step"], _row_text(row)))
         except KeyboardInterrupt:
             err.print(f"interrupted after iteration {trainer.iteration}; continue with "
                       f"marl train {scenario} --out {target} --resume", highlight=False)
             raise typer.Exit(130) from None
     best = summary["best"]
-    out.print(f"done: {summary['iterations']} iterations in {summary['wall_s']:.0f} s; best "
-              f"eval success {best['eval_success_rate']:.3f} at iteration {best['iteration']}"
-              f"; checkpoints in {target / 'checkpoints'}", highlight=False)
+    found = (f"best eval success {best['eval_success_rate']:.3f} at iteration "
+             f"{best['iteration']}" if best["iteration"] is not None else
+             "no evaluation of the " + ("last curriculum stage" if cfg.curriculum else
+                                        "scenario") + " yet")
+    out.print(f"done: {summary['warmup_steps']} warm-up steps and {summary['iterations']} "
+              f"iterations in {summary['wall_s']:.0f} s; {found}; checkpoints in "
+              f"{target / 'checkpoints'}", highlight=False)
 
 
 def _row_text(row: dict[str, Any]) -> str:
-    text = (f"iter {row['iteration']}: success {row['success_rate']:.3f} reward "
-            f"{row['reward_mean']:.3f} tokens/ep {row['tokens_per_episode']:.0f} loss "
-            f"{row['loss']:.3f} {row['samples_per_s']:.0f} samples/s")
+    if row["phase"] == "warmup":
+        text = f"warm-up {row['warmup_step']}: sft loss {row['sft_loss']:.3f}"
+        if "format_valid_rate" in row:
+            text += (f" | format valid {_low(row['format_valid_rate']):.3f}, sampled success "
+                     f"{row['success_rate']:.3f}")
+    else:
+        text = (f"iter {row['iteration']}: success {row['success_rate']:.3f} reward "
+                f"{row['reward_mean']:.3f} tokens/ep {row['tokens_per_episode']:.0f} loss "
+                f"{row['loss']:.3f} {row['samples_per_s']:.0f} samples/s")
+    if row.get("stage"):
+        text = f"[{row['stage']}] {text}"
     if "eval_success_rate" in row:
         text += f" | eval success {row['eval_success_rate']:.3f}"
+        text += "".join(f", {k.removeprefix('eval_').removesuffix('_success_rate')} "
+                        f"{v:.3f}" for k, v in row.items()
+                        if k.endswith("_success_rate") and k not in (
+                            "eval_success_rate", "success_rate"))
     return text
+
+
+def _low(rates: dict[str, float]) -> float:
+    """The lowest per-agent rate (the agent whose format is worst)."""
+    return min(rates.values())
 
 
 @topology_app.command("show")

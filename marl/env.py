@@ -6,8 +6,14 @@ reading the messages its in-edges deliver. Observations and actions are text (gy
 (truncated to the policy's token limit), outside the charset (replaced by ``?``), not a
 string at all; each case is flagged in ``infos[agent]["flags"]``, never an exception.
 Agents not scheduled in the current layer observe a note saying so; their actions are
-ignored and cost nothing. ``reset(options={"episode": i})`` sets the episode index written
-into ledger rows (default: one more than the last).
+ignored and cost nothing. ``reset(options={"episode": i, "split": s})`` sets the episode
+index written into ledger rows (default: one more than the last) and the task's instance
+split (default ``train``; see :attr:`marl.tasks.Task.splits`).
+
+Every transcript entry says whether the message has the task's format (``valid``) and
+whether it equals what the task oracle would have sent from the same observation
+(``oracle_agrees``). The result (in the final ``infos`` and ``env.result``) carries the
+instance's structured data (``instance``: target, private values, meaning) and its split.
 
 After the last layer of the last round the answer agents' final messages give the team
 answer. Every agent then receives the team reward ``score − penalty_per_1k · tokens/1000``
@@ -105,8 +111,10 @@ class TeamEnv(ParallelEnv):
     def reset(self, seed: int | None = None, options: dict | None = None):
         if seed is not None or self._rng is None:
             self._rng = np.random.default_rng(self._seed if seed is None else seed)
-        self.episode = (options or {}).get("episode", self.episode + 1)
-        self.instance = self.team.task.sample(self._rng)
+        options = options or {}
+        self.episode = options.get("episode", self.episode + 1)
+        self.split = options.get("split", "train")
+        self.instance = self.team.task.draw(self._rng, self.split)
         self.round, self.layer = 0, 0
         self.agents = list(self.possible_agents)
         self._history = {a.id: prompts.header(a.id, a.role, self.instance.private[a.id],
@@ -197,8 +205,12 @@ class TeamEnv(ParallelEnv):
             self._messages[(a, self.round)] = text
             self._history[a] = prompt + text
             self._history_tokens[a] = n_prompt + n_out
+            final = self.team.is_final_call(a, self.round)
+            task = self.team.task
             self.transcript.append({"round": self.round, "layer": self.layer, "agent": a,
-                                    "message": text, "flags": flags})
+                                    "message": text, "flags": flags,
+                                    "valid": task.valid_message(a, text, final),
+                                    "oracle_agrees": task.oracle(a, prompt, final) == text})
             infos[a]["ledger"] = [row]
             infos[a]["flags"].update(flags)
         self.layer += 1
@@ -224,7 +236,8 @@ class TeamEnv(ParallelEnv):
         cost = sum((r.cost_usd for r in self.rows), Decimal(0))
         self.result = {"answer": answer, "answers": answers, "target": self.instance.answer,
                        "score": score, "success": score >= 1.0, "token_penalty": penalty,
-                       "reward": score - penalty, "tokens": tokens, "cost_usd": cost}
+                       "reward": score - penalty, "tokens": tokens, "cost_usd": cost,
+                       "split": self.split, "instance": self.instance.data}
         done = self.agents
         obs = {a: f"{a}: episode over after {self.team.rounds} round(s)." for a in done}
         for a in done:

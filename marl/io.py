@@ -38,3 +38,18 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
 
 def atomic_write_jsonl(path: str | Path, rows: Iterable[Any]) -> Path:
     return atomic_write_lines(path, (json.dumps(r) + "\n" for r in rows))
+
+
+def append_jsonl(path: str | Path, row: Any) -> None:
+    """Append one JSON line with a single ``write`` on an ``O_APPEND`` descriptor, then
+    fsync: the line lands whole or (if the machine dies mid-write) as a cut-off last line,
+    which :func:`marl.trainer.read_jsonl` drops."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = (json.dumps(row) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -81,6 +81,12 @@ def summarize(result: RunResult, policy: str | None = None) -> dict[str, Any]:
         return {k: v / n for k, v in counts.as_dict().items()}
 
     costs = ledger.cost_per_agent()
+    calls = [m for e in result.episodes for m in e["transcript"]]
+
+    def rate(key: str, agent: str) -> float:
+        mine = [m[key] for m in calls if m["agent"] == agent]
+        return sum(mine) / len(mine)
+
     predicted = prediction_json(team, predict_team(team, backend=policy), backend=policy)
     return {
         "scenario": team.name,
@@ -95,6 +101,8 @@ def summarize(result: RunResult, policy: str | None = None) -> dict[str, Any]:
         "cost_usd_total": str(ledger.cost()),
         "per_agent": {a: {**per_episode(c), "cost_usd_per_episode": float(costs[a] / n)}
                       for a, c in ledger.per_agent().items()},
+        "format_valid_rate": {a: rate("valid", a) for a in team.ids},
+        "oracle_agreement": {a: rate("oracle_agrees", a) for a in team.ids},
         "per_edge": {f"{u}->{v}": t / n for (u, v), t in ledger.per_edge().items()},
         "predicted_tokens_per_episode": predicted["tokens_per_episode"],
         "tokens_per_s": ledger.total().completion / result.wall_s if result.wall_s else None,

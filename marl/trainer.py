@@ -1,18 +1,29 @@
-"""The training loop of ``marl train``: collect, update, evaluate, log, checkpoint, resume.
+"""The training loop of ``marl train``: warm-up, collect, update, evaluate, log, checkpoint,
+resume, and the curriculum.
+
+A run has two phases. The *warm-up* (``warmup_steps`` supervised steps on the messages of
+the task's random policy, see :mod:`marl.algorithms.warmup`) teaches the form of every
+message; then *RL* runs ``iterations`` iterations of the chosen algorithm. A curriculum
+moves the team through stages of task / scenario overrides during RL.
 
 Run directory::
 
     config.yaml          the fully resolved TrainConfig (plus the scenario path)
-    metrics.jsonl        one row per iteration (rewritten atomically every iteration)
-    episodes/iter_NNNNNN.jsonl   a few sampled episodes (transcripts, ledger rows)
+    metrics.jsonl        one row per warm-up step and per iteration (appended)
+    episodes/iter_NNNNNN.jsonl   a few sampled training episodes (transcripts, ledger rows)
+    episodes/eval_NNNNNN.jsonl   every evaluation episode (eval_warmup_NNNNNN in warm-up)
     checkpoints/iter_NNNNNN/<policy>/   weights; state.pt: optimizers, counters
-    checkpoints/best/    the checkpoint with the best eval success so far
-    summary.json         the final row, best eval, wall time
+    checkpoints/warmup_NNNNNN/, warmup/   during, and at the end of, the warm-up
+    checkpoints/best/    the checkpoint with the best eval success so far (last stage)
+    summary.json         the final row, best eval, wall time, whether the oracle was used
 
-Every file is written atomically, so a killed run loses at most the iteration in flight.
-``resume`` restarts from the last checkpoint and truncates the logs to it; each
-iteration's randomness derives from (seed, iteration), so on CPU the resumed metrics equal
-an uninterrupted run's.
+Every row carries ``phase`` (``warmup`` or ``rl``), ``step`` (warm-up steps and
+iterations so far), ``iteration`` (RL iterations so far) and ``stage``. Files are written
+atomically and rows appended whole, so a killed run loses at most the work since its
+last checkpoint (taken every ``checkpoint_every`` steps or ``checkpoint_every_s``
+seconds). ``resume`` continues from the last checkpoint (or from the start when there is
+none) and truncates the logs to it; each step's randomness derives from (seed, step), so
+on CPU the resumed metrics equal an uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -29,32 +40,40 @@ from typing import Any
 import torch
 import yaml
 
+from marl import seeds
 from marl.algorithms import learner_class
+from marl.algorithms.common import begin_rl
 from marl.algorithms.config import TrainConfig
+from marl.algorithms.warmup import warmup_step
+from marl.curriculum import stage_name, stage_teams
 from marl.errors import MarlError
-from marl.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from marl.io import append_jsonl, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from marl.ledger import Ledger
-from marl.rollout import EpisodeBatch, collect, derive_seed
+from marl.rollout import EpisodeBatch, collect
 from marl.runner import build_policies
 from marl.team import Team
-
-EVAL_STREAM, TRAIN_STREAM, INIT_STREAM = 3, 2, 4
 
 
 class Trainer:
     def __init__(self, team: Team, cfg: TrainConfig, out: Path, resume: bool = False,
                  log: Callable[[str], None] | None = None):
-        self.team, self.cfg, self.out = team, cfg, Path(out)
+        self.cfg, self.out = cfg, Path(out)
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
-        self.policies = build_policies(team, seed=derive_seed(cfg.seed, INIT_STREAM))
-        self.learner = learner_class(cfg.algorithm)(team, self.policies, cfg)
+        self.teams = stage_teams(team, cfg.curriculum)
+        self.policies = build_policies(team, seed=seeds.derive_seed(cfg.seed, seeds.INIT))
+        self.learner = learner_class(cfg.algorithm)(self.teams[0], self.policies, cfg)
         if not self.learner.trainables:
             raise MarlError(f"{team.name} has no trainable policy: give at least one policy "
                             "a model backend (tiny or hf) in the scenario.")
-        self.iteration = 0
+        self.warmed = 0  # warm-up steps done
+        self.iteration = 0  # RL iterations done
+        self.stage, self.stage_start = 0, 0
         self.bad_iterations = 0
         self.best: dict[str, Any] = {"eval_success_rate": -1.0, "iteration": None}
         self.wall = 0.0
+        self._last_checkpoint = 0.0
+        self._saved_step = -1
+        self._step_start: float | None = None
         self.rows: list[dict[str, Any]] = []
         self._wandb = None
         if resume:
@@ -62,6 +81,19 @@ class Trainer:
         elif (self.out / "metrics.jsonl").exists():
             raise MarlError(f"{self.out} already holds a run; pass --resume to continue it "
                             "or choose another --out.")
+
+    @property
+    def team(self) -> Team:
+        """The team of the current curriculum stage (the scenario itself without one)."""
+        return self.teams[self.stage]
+
+    @property
+    def step_count(self) -> int:
+        return self.warmed + self.iteration
+
+    @property
+    def phase(self) -> str:
+        return "warmup" if self.warmed < self.cfg.warmup else "rl"
 
     # -- checkpoints -------------------------------------------------------------------
     def _save(self, tag: str) -> Path:
@@ -72,99 +104,233 @@ class Trainer:
         tmp.mkdir(parents=True)
         for t in self.learner.trainables:
             t.policy.save(tmp / t.name)
-        torch.save({"iteration": self.iteration, "learner": self.learner.state_dict(),
-                    "best": self.best, "wall": self.wall}, tmp / "state.pt")
+        torch.save({"iteration": self.iteration, "warmed": self.warmed, "stage": self.stage,
+                    "stage_start": self.stage_start, "learner": self.learner.state_dict(),
+                    "best": self.best, "wall": self._now()}, tmp / "state.pt")
         old = root / f".{tag}.old"
         if final.exists():
             os.replace(final, old)
         os.replace(tmp, final)
         shutil.rmtree(old, ignore_errors=True)
+        self._last_checkpoint, self._saved_step = self._now(), self.step_count
         return final
 
-    def _checkpoint(self, is_best: bool) -> None:
-        self._save(f"iter_{self.iteration:06d}")
+    def _checkpoint(self, is_best: bool = False) -> None:
+        prefix = "warmup_" if self.phase == "warmup" else "iter_"
+        count = self.warmed if self.phase == "warmup" else self.iteration
+        self._save(f"{prefix}{count:06d}")
         if is_best:
             self._save("best")
-        kept = sorted((self.out / "checkpoints").glob("iter_*"))
+        kept = sorted((self.out / "checkpoints").glob(f"{prefix}*"))
         for stale in kept[: -self.cfg.keep_checkpoints]:
             shutil.rmtree(stale)
 
+    def _finish_warmup(self) -> None:
+        """The warm-up's last step: keep its model as ``checkpoints/warmup`` (the format-only
+        team, and the reference of the KL term), drop the intermediate ones, start RL."""
+        begin_rl(self.learner.trainables, self.cfg)
+        self._save("warmup")
+        for stale in (self.out / "checkpoints").glob("warmup_*"):
+            shutil.rmtree(stale)
+
+    def _latest(self) -> Path | None:
+        """The checkpoint furthest into the run: the last iteration's, else the end of the
+        warm-up, else the last warm-up step's."""
+        root = self.out / "checkpoints"
+        for pattern in ("iter_*", "warmup", "warmup_*"):
+            found = sorted(root.glob(pattern))
+            if found:
+                return found[-1]
+        return None
+
     def _resume(self) -> None:
-        kept = sorted((self.out / "checkpoints").glob("iter_*"))
-        if not kept:
-            raise MarlError(f"--resume: {self.out} has no checkpoint yet; start the run "
-                            "without --resume.")
-        last = kept[-1]
+        last = self._latest()
+        if last is None:
+            self.log(f"resuming {self.out}: no checkpoint yet, starting from the beginning")
+            self._truncate_logs()
+            return
         missing = [t.name for t in self.learner.trainables if not (last / t.name).is_dir()]
         if missing or not (last / "state.pt").is_file():
             raise MarlError(f"--resume: {last} is incomplete (missing {missing or 'state.pt'})"
                             "; delete that folder to resume from the one before.")
         state = torch.load(last / "state.pt", weights_only=False)
-        saved = build_policies(self.team, seed=0, checkpoint=last)
+        self._load_weights(last)
+        self.learner.load_state_dict(state["learner"])
+        self.iteration, self.warmed, self.best, self.wall = (
+            state["iteration"], state["warmed"], state["best"], state["wall"])
+        self.stage, self.stage_start = state["stage"], state["stage_start"]
+        self.learner.team = self.team
+        if self.phase == "rl":
+            reference = self.out / "checkpoints" / "warmup"
+            begin_rl(self.learner.trainables, self.cfg,
+                     reference=self._weights(reference) if reference.is_dir() else
+                     self._weights(None), reset_optimizer=False)
+        self._last_checkpoint, self._saved_step = self.wall, self.step_count
+        self._truncate_logs()
+        self.log(f"resuming {self.out} after {self._where()}")
+
+    def _weights(self, checkpoint: Path | None) -> dict[str, list[torch.Tensor]]:
+        """Parameters of each trainable policy saved in ``checkpoint`` (None: the initial
+        weights of this run's seed)."""
+        seed = 0 if checkpoint is not None else seeds.derive_seed(self.cfg.seed, seeds.INIT)
+        saved = build_policies(self.teams[0], seed=seed, checkpoint=checkpoint)
+        return {t.name: [p.detach() for p in saved[t.agents[0]].parameters()]
+                for t in self.learner.trainables}
+
+    def _load_weights(self, checkpoint: Path) -> None:
+        weights = self._weights(checkpoint)
         for t in self.learner.trainables:
             with torch.no_grad():
-                for p, q in zip(t.policy.parameters(), saved[t.agents[0]].parameters(),
-                                strict=True):
+                for p, q in zip(t.policy.parameters(), weights[t.name], strict=True):
                     p.copy_(q)
-        self.learner.load_state_dict(state["learner"])
-        self.iteration, self.best, self.wall = state["iteration"], state["best"], state["wall"]
-        self.rows = [r for r in _read_jsonl(self.out / "metrics.jsonl")
-                     if r["iteration"] <= self.iteration]
+
+    def _truncate_logs(self) -> None:
+        self.rows = [r for r in read_jsonl(self.out / "metrics.jsonl")
+                     if r["step"] <= self.step_count]
         atomic_write_jsonl(self.out / "metrics.jsonl", self.rows)
-        for later in (self.out / "episodes").glob("iter_*.jsonl"):
-            if int(later.stem.removeprefix("iter_")) > self.iteration:
-                later.unlink()
-        self.log(f"resuming {self.out} after iteration {self.iteration}")
+        for f in (self.out / "episodes").glob("*.jsonl"):
+            kind, number = f.stem.rsplit("_", 1)
+            if int(number) > (self.warmed if kind.endswith("warmup") else self.iteration):
+                f.unlink()
+
+    def _where(self) -> str:
+        if self.phase == "warmup":
+            return f"warm-up step {self.warmed} of {self.cfg.warmup}"
+        return f"iteration {self.iteration}"
 
     # -- the loop ------------------------------------------------------------------------
-    def evaluate(self) -> dict[str, float]:
-        batch = collect(self.team, self.policies, self.cfg.eval_episodes, 1,
-                        seed=derive_seed(self.cfg.seed, EVAL_STREAM), greedy=True)
-        return {"eval_success_rate": float(batch.success.float().mean()),
-                "eval_reward_mean": float(batch.reward.mean())}
+    def evaluate(self, sampled: bool = False) -> tuple[dict[str, Any], list[dict]]:
+        """Greedy play of ``eval_episodes`` held-out instances of every split of the task
+        (``eval_<split>_success_rate`` for splits other than ``train``); with ``sampled``
+        also the same instances sampled, as the training rows report them."""
+        row: dict[str, Any] = {}
+        records: list[dict] = []
+        seed = seeds.derive_seed(self.cfg.seed, seeds.EVAL)
+        for split in self.team.task.splits:
+            batch = collect(self.team, self.policies, self.cfg.eval_episodes, 1, seed=seed,
+                            greedy=True, split=split)
+            records += batch.records
+            key = "eval" if split == "train" else f"eval_{split}"
+            row[f"{key}_success_rate"] = float(batch.success.float().mean())
+            if split == "train":
+                row.update(eval_reward_mean=float(batch.reward.mean()),
+                           eval_format_valid_rate=batch.per_agent_rate(batch.valid),
+                           eval_oracle_agreement=batch.per_agent_rate(batch.oracle_agrees))
+        if sampled:
+            batch = collect(self.team, self.policies, self.cfg.eval_episodes, 1, seed=seed)
+            row.update(success_rate=float(batch.success.float().mean()),
+                       format_valid_rate=batch.per_agent_rate(batch.valid),
+                       oracle_agreement=batch.per_agent_rate(batch.oracle_agrees))
+        return row, records
 
     def step(self) -> dict[str, Any]:
+        """One warm-up step or one RL iteration, logged and checkpointed."""
+        self._step_start = time.perf_counter()
+        row = self._warmup_step() if self.phase == "warmup" else self._rl_step()
+        self.wall += time.perf_counter() - self._step_start
+        self._step_start = None
+        row["wall_s"] = self.wall
+        self.rows.append(row)
+        append_jsonl(self.out / "metrics.jsonl", row)
+        return row
+
+    def _warmup_step(self) -> dict[str, Any]:
+        cfg = self.cfg
+        stats, _ = warmup_step(self.learner.trainables, self.teams, cfg, self.warmed)
+        self.warmed += 1
+        played = (self.warmed - 1) % len(self.teams)
+        row = {"phase": "warmup", "step": self.step_count, "iteration": 0,
+               "warmup_step": self.warmed, "stage": stage_name(cfg.curriculum, played),
+               "sft_loss": stats["sft_loss"], "grad_norm": stats["grad_norm"],
+               "skipped_updates": stats["skipped"]}
+        self._guard(stats)
+        done = self.warmed == cfg.warmup
+        if self.warmed % cfg.eval_every == 0 or done:
+            evaluated, records = self.evaluate(sampled=True)
+            row.update(evaluated)
+            atomic_write_jsonl(self.out / "episodes" / f"eval_warmup_{self.warmed:06d}.jsonl",
+                               records)
+        if done:
+            self._finish_warmup()
+        elif self._checkpoint_due(self.warmed):
+            self._checkpoint()
+        return row
+
+    def _rl_step(self) -> dict[str, Any]:
         cfg = self.cfg
         start = time.perf_counter()
-        seed = derive_seed(cfg.seed, TRAIN_STREAM, self.iteration)
+        seed = seeds.derive_seed(cfg.seed, seeds.TRAIN, self.iteration)
         batch = collect(self.team, self.policies, cfg.episodes_per_iter, cfg.group_size,
                         seed=seed)
         stats = self.learner.update(batch, seed)
         self.iteration += 1
         row = self._row(batch, stats, time.perf_counter() - start)
-        self.bad_iterations = self.bad_iterations + 1 if stats.get("skipped") else 0
-        if self.bad_iterations >= cfg.max_bad_iterations:
-            raise MarlError(f"training diverged: {self.bad_iterations} iterations in a row had "
-                            f"updates with a non-finite loss or gradient (up to iteration "
-                            f"{self.iteration}). The last good checkpoint is in "
-                            f"{self.out / 'checkpoints'}; lower lr or max_grad_norm and "
-                            "--resume.")
+        self._guard(stats)
+        last_stage = self.stage == len(self.teams) - 1
         if self.iteration % cfg.eval_every == 0 or self.iteration == cfg.iterations:
-            row.update(self.evaluate())
-        self.wall += time.perf_counter() - start
-        row["wall_s"] = self.wall
-        self.rows.append(row)
-        atomic_write_jsonl(self.out / "metrics.jsonl", self.rows)
+            evaluated, records = self.evaluate()
+            row.update(evaluated)
+            atomic_write_jsonl(self.out / "episodes" / f"eval_{self.iteration:06d}.jsonl",
+                               records)
         if cfg.transcripts_per_iter:
             atomic_write_jsonl(self.out / "episodes" / f"iter_{self.iteration:06d}.jsonl",
                                batch.records[: cfg.transcripts_per_iter])
-        is_best = row.get("eval_success_rate", -1.0) > self.best["eval_success_rate"]
+        is_best = last_stage and row.get("eval_success_rate", -1.0) > self.best[
+            "eval_success_rate"]
         if is_best:
             self.best = {"eval_success_rate": row["eval_success_rate"],
                          "eval_reward_mean": row["eval_reward_mean"],
                          "iteration": self.iteration}
-        if is_best or self.iteration % cfg.checkpoint_every == 0:
+        self._promote(row)
+        if is_best or self._checkpoint_due(self.iteration):
             self._checkpoint(is_best)
         return row
+
+    def _now(self) -> float:
+        """Seconds of training so far, the step in flight included."""
+        if self._step_start is None:
+            return self.wall
+        return self.wall + time.perf_counter() - self._step_start
+
+    def _checkpoint_due(self, count: int) -> bool:
+        return (count % self.cfg.checkpoint_every == 0
+                or self._now() - self._last_checkpoint >= self.cfg.checkpoint_every_s)
+
+    def _guard(self, stats: dict) -> None:
+        self.bad_iterations = self.bad_iterations + 1 if stats.get("skipped") else 0
+        if self.bad_iterations >= self.cfg.max_bad_iterations:
+            raise MarlError(f"training diverged: {self.bad_iterations} steps in a row had "
+                            f"updates with a non-finite loss or gradient (up to "
+                            f"{self._where()}). The last good checkpoint is in "
+                            f"{self.out / 'checkpoints'}; lower lr or max_grad_norm and "
+                            "--resume.")
+
+    def _promote(self, row: dict[str, Any]) -> None:
+        """Move to the next curriculum stage when the current one's rule is met."""
+        if self.stage == len(self.teams) - 1:
+            return
+        stage = self.cfg.curriculum[self.stage]
+        reached = (stage.promote_at is not None
+                   and row.get("eval_success_rate", -1.0) >= stage.promote_at)
+        if reached or (stage.after is not None
+                       and self.iteration - self.stage_start >= stage.after):
+            self.stage, self.stage_start = self.stage + 1, self.iteration
+            self.learner.team = self.team
+            self.log(f"curriculum: {stage_name(self.cfg.curriculum, self.stage)} from "
+                     f"iteration {self.iteration}")
 
     def _row(self, batch: EpisodeBatch, stats: dict, seconds: float) -> dict[str, Any]:
         n = len(batch.records)
         tokens = batch.ledger["prompt"] + batch.ledger["completion"]  # (B, R, N)
         cost = float(Ledger(batch.rows).cost()) / n
-        return {"iteration": self.iteration, "episodes": self.iteration * n,
+        return {"phase": "rl", "step": self.step_count, "iteration": self.iteration,
+                "stage": stage_name(self.cfg.curriculum, self.stage),
+                "episodes": self.iteration * n,
                 "reward_mean": float(batch.reward.mean()),
                 "success_rate": float(batch.success.float().mean()),
                 "score_mean": float(batch.score.mean()),
+                "format_valid_rate": batch.per_agent_rate(batch.valid),
+                "oracle_agreement": batch.per_agent_rate(batch.oracle_agrees),
                 "tokens_per_episode": float(tokens.sum()) / n,
                 "completion_tokens_per_episode": float(batch.ledger["completion"].sum()) / n,
                 "cost_per_episode": cost,
@@ -180,27 +346,30 @@ class Trainer:
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.out / "config.yaml", yaml.safe_dump(
-            {"scenario": self.team.source, **cfg.model_dump()}, sort_keys=False))
+            {"scenario": self.teams[0].source, **cfg.model_dump()}, sort_keys=False))
         if cfg.wandb:
-            self._wandb = _wandb_run(cfg, self.out, self.team)
+            self._wandb = _wandb_run(cfg, self.out, self.teams[0])
         while self.iteration < cfg.iterations:
             row = self.step()
             if self._wandb is not None:
-                self._wandb.log({k: v for k, v in row.items() if not isinstance(v, dict)},
-                                step=row["iteration"])
+                self._wandb.log({k: v for k, v in row.items() if not isinstance(v, dict | str)},
+                                step=row["step"])
             if progress:
                 progress(row)
             if cfg.time_budget_s is not None and self.wall >= cfg.time_budget_s:
                 self.log(f"time budget of {cfg.time_budget_s:.0f} s reached")
                 break
-            if (cfg.target_success is not None
+            if (cfg.target_success is not None and row["phase"] == "rl"
+                    and self.stage == len(self.teams) - 1
                     and row.get("eval_success_rate", -1) >= cfg.target_success):
                 self.log(f"target eval success {cfg.target_success} reached")
                 break
-        if not (self.out / "checkpoints" / f"iter_{self.iteration:06d}").exists():
-            self._checkpoint(is_best=False)
-        summary = {"scenario": self.team.name, "algorithm": cfg.algorithm,
-                   "iterations": self.iteration, "wall_s": self.wall, "best": self.best,
+        if self.rows and self.rows[-1]["step"] != self._saved_step:
+            self._checkpoint()
+        summary = {"scenario": self.teams[0].name, "algorithm": cfg.algorithm,
+                   "uses_oracle": cfg.uses_oracle, "warmup_steps": self.warmed,
+                   "iterations": self.iteration, "wall_s": self.wall,
+                   "stage": stage_name(cfg.curriculum, self.stage), "best": self.best,
                    "final": self.rows[-1] if self.rows else None}
         atomic_write_json(self.out / "summary.json", summary)
         if self._wandb is not None:
@@ -208,10 +377,22 @@ class Trainer:
         return summary
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines file; a last line cut short by a kill is dropped."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise MarlError(f"{path}:{i + 1} is not valid JSON; the file is corrupt "
+                                "beyond its last line.") from None
+    return rows
 
 
 def _wandb_run(cfg: TrainConfig, out: Path, team: Team):

@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from marl import seeds
 from marl.algorithms.config import TrainConfig
-from marl.policies.generation import score
 from marl.policies.lm import LMPolicy
 from marl.policies.scripted import ScriptedPolicy
-from marl.rollout import EpisodeBatch, collect, derive_seed
+from marl.rollout import EpisodeBatch, collect
+from marl.seeds import derive_seed
 from marl.team import Team
-
-DEMO_STREAM = 7
 
 
 @dataclass
@@ -54,6 +53,26 @@ def trainables(team: Team, policies: dict, cfg: TrainConfig) -> list[Trainable]:
         ref = copy.deepcopy(policy.model) if cfg.kl_coef > 0 else None
         out.append(Trainable(name, policy, agents, opt, ref))
     return out
+
+
+def begin_rl(trainables: list[Trainable], cfg: TrainConfig,
+             reference: dict[str, list[torch.Tensor]] | None = None,
+             reset_optimizer: bool = True) -> None:
+    """RL starts (after the warm-up): the KL term's reference becomes the current policy,
+    or the given ``reference`` parameters (by policy name, in ``parameters()`` order) when
+    a run resumes; the optimizers start afresh unless ``reset_optimizer`` is False."""
+    for t in trainables:
+        if reset_optimizer:
+            t.optimizer = torch.optim.Adam(t.policy.parameters(), lr=cfg.lr)
+        if cfg.kl_coef <= 0:
+            continue
+        t.reference = copy.deepcopy(t.policy.model)
+        if reference is not None:
+            frozen = [p for p in t.reference.model.parameters() if p.requires_grad]
+            with torch.no_grad():
+                for p, q in zip(frozen, reference[t.name], strict=True):
+                    p.copy_(q)
+        t.reference.model.requires_grad_(False)
 
 
 @dataclass
@@ -108,11 +127,15 @@ def _demo_ids(t: Trainable, team: Team, batch: EpisodeBatch, b: int, k: int) -> 
     agent = batch.agents[int(batch.call_agent[k])]
     final = team.is_final_call(agent, int(batch.call_round[k]))
     demo = team.task.demonstration(agent, batch.observations[b][k], final)
-    if demo is None:
-        return []
+    return [] if demo is None else target_ids(t, demo)
+
+
+def target_ids(t: Trainable, text: str) -> list[int]:
+    """A message as a training target for ``t``: its tokens, then the stop string (or eos)
+    the policy must learn to end with, cut to ``max_new_tokens``."""
     tok = t.policy.tokenizer
     stop = t.policy.sampling.stop[0] if t.policy.sampling.stop else ""
-    ids = tok.encode(demo + stop)
+    ids = tok.encode(text + stop)
     if not stop and tok.eos_id is not None:
         ids.append(tok.eos_id)
     return ids[: t.policy.sampling.max_new_tokens]
@@ -126,7 +149,7 @@ def oracle_episodes(team: Team, policies: dict, episodes: int, seed: int) -> Epi
         oracles.setdefault(id(policies[a]), ScriptedPolicy(team.task,
                                                            tokenizer=policies[a].tokenizer))
     return collect(team, {a: oracles[id(policies[a])] for a in team.ids}, episodes, 1,
-                   seed=derive_seed(seed, DEMO_STREAM))
+                   seed=derive_seed(seed, seeds.DEMO))
 
 
 def aggregate(x: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
@@ -139,7 +162,7 @@ def aggregate(x: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
 
 
 def score_rows(t: Trainable, prompts: list, completions: list,
-               entropy: bool = False) -> tuple[torch.Tensor, ...]:
+               entropy: bool = False, kl: bool = False) -> tuple[torch.Tensor, ...]:
     """:meth:`LMPolicy.score` with every distinct (prompt, completion) pair run once.
 
     A group's G rollouts share their first prompts, their demonstrations are equal, and a
@@ -151,7 +174,8 @@ def score_rows(t: Trainable, prompts: list, completions: list,
     index = [keys.setdefault((tuple(p), tuple(c)), len(keys))
              for p, c in zip(prompts, completions, strict=True)]
     unique = list(keys)
-    out = t.policy.score([p for p, _ in unique], [list(c) for _, c in unique], entropy=entropy)
+    out = t.policy.score([p for p, _ in unique], [list(c) for _, c in unique], entropy=entropy,
+                         reference=t.reference if kl else None)
     rows = torch.tensor(index, device=out[0].device)
     return tuple(x.index_select(0, rows) for x in out)
 
@@ -159,8 +183,10 @@ def score_rows(t: Trainable, prompts: list, completions: list,
 def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
              scored: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, dict]:
     """The RL part of the loss for rows ``s`` (all with at least one generated token);
-    ``scored``: their ``(logprobs, mask, entropy)`` if already computed."""
-    lp, mask, ent = scored or score_rows(t, s.prompts, s.completions, entropy=True)
+    ``scored``: their ``(logprobs, mask, entropy[, kl])`` if already computed (``kl``:
+    per token, to the reference, when the policy has one)."""
+    lp, mask, ent, *kl_tok = scored or score_rows(t, s.prompts, s.completions, entropy=True,
+                                                  kl=t.reference is not None)
     width = lp.shape[1]
     old = s.old_logprobs[:, :width].to(lp.device)
     adv = s.advantages[:, None] if s.advantages.dim() == 1 else s.advantages[:, :width]
@@ -172,14 +198,8 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
     stats = {"entropy": float(aggregate(ent.detach(), mask, "token"))}
     if cfg.entropy_coef:
         loss = loss - cfg.entropy_coef * aggregate(ent, mask, cfg.aggregation)
-    if t.reference is not None:
-        with torch.no_grad():
-            ref_lp, _ = score(t.reference, s.prompts, s.completions,
-                              pad_id=t.policy.tokenizer.pad_id,
-                              temperature=t.policy.sampling.temperature)
-        log_r = ref_lp - lp
-        k3 = log_r.exp() - log_r - 1  # unbiased, non-negative KL estimator (Schulman)
-        kl = aggregate(k3, mask, cfg.aggregation)
+    if kl_tok:
+        kl = aggregate(kl_tok[0], mask, cfg.aggregation)
         loss = loss + cfg.kl_coef * kl
         stats["kl"] = float(kl.detach())
     stats["pg_loss"] = float(loss.detach())
@@ -215,13 +235,14 @@ def guarded_step(t: Trainable, loss: torch.Tensor, cfg: TrainConfig) -> dict:
     return optimizer_step(t.optimizer, t.policy.parameters(), loss, cfg.max_grad_norm)
 
 
-def update(t: Trainable, s: Samples, cfg: TrainConfig, sft_coef: float) -> dict:
-    """``cfg.epochs`` passes of ``cfg.minibatches`` clipped policy-gradient steps."""
+def update(t: Trainable, s: Samples, cfg: TrainConfig, sft_coef: float, seed: int) -> dict:
+    """``cfg.epochs`` passes of ``cfg.minibatches`` clipped policy-gradient steps, in an
+    order shuffled with ``seed``."""
     rows = [i for i in range(len(s.prompts))
             if s.completions[i] or (sft_coef > 0 and s.demos and s.demos[i])]
     stats: dict[str, float] = {}
     n_steps = 0
-    gen = torch.Generator().manual_seed(len(rows))
+    gen = torch.Generator().manual_seed(seed)
     for _ in range(cfg.epochs):
         order = [rows[i] for i in torch.randperm(len(rows), generator=gen).tolist()]
         size = math.ceil(len(order) / cfg.minibatches) if order else 0
@@ -246,14 +267,14 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
     # One forward pass for the sampled completions and the demonstrations together.
     prompts = [s.prompts[i] for i in gen_rows + demo_rows]
     targets = [s.completions[i] for i in gen_rows] + [s.demos[i] for i in demo_rows]
-    lp, mask, ent = score_rows(t, prompts, targets, entropy=True)
+    scored = score_rows(t, prompts, targets, entropy=True, kl=t.reference is not None)
+    lp, mask = scored[:2]
     g = len(gen_rows)
     if gen_rows:
         sub = Samples(prompts[:g], targets[:g], s.old_logprobs[gen_rows], s.mask[gen_rows],
                       s.advantages[gen_rows])
         width = int(mask[:g].sum(-1).max())
-        loss, stats = pg_terms(t, sub, cfg, (lp[:g, :width], mask[:g, :width],
-                                             ent[:g, :width]))
+        loss, stats = pg_terms(t, sub, cfg, tuple(x[:g, :width] for x in scored))
     if demo_rows:
         sft = sft_term(t, prompts[g:], targets[g:], (lp[g:], mask[g:]))
         loss = loss + sft_coef * sft

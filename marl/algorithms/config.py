@@ -13,6 +13,23 @@ from marl.overrides import parse_sets
 from marl.scenario import problems_from, read_yaml
 
 
+class Stage(BaseModel):
+    """One stage of a curriculum: scenario overrides and when to move on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(None, description="Label in metrics rows (default: stage_N).")
+    task: dict[str, Any] = Field(default_factory=dict,
+                                 description="Overrides of the scenario's task.params.")
+    scenario: dict[str, Any] = Field(
+        default_factory=dict, description="Other scenario keys, merged into the scenario "
+        "(e.g. {protocol: {rounds: 2}}); agents and policies must stay the same.")
+    promote_at: float | None = Field(None, gt=0, le=1, description="Move on once the eval "
+                                     "success rate reaches this.")
+    after: int | None = Field(None, ge=1, description="Move on after this many iterations "
+                              "in the stage.")
+
+
 class TrainConfig(BaseModel):
     """Every training setting. Defaults train ``scenarios/signal.yaml`` to its target."""
 
@@ -46,10 +63,22 @@ class TrainConfig(BaseModel):
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus.")
     aggregation: Literal["token", "sequence"] = Field(
         "token", description="token: mean over all tokens; sequence: mean of per-sequence means.")
-    sft_coef: float = Field(1.0, ge=0, description="L = L_RL + sft_coef * L_SFT on the task "
-                                                   "oracle's demonstrations (0: pure RL).")
+    sft_coef: float = Field(0.0, ge=0, description="L = L_RL + sft_coef * L_SFT on the task "
+                            "oracle's demonstrations. 0 (default): pure RL; any other value "
+                            "imitates the oracle and labels the run uses_oracle.")
     sft_decay: float = Field(1.0, gt=0, le=1, description="sft_coef is multiplied by this "
                                                           "after each iteration.")
+    warmup_source: Literal["random", "oracle", "none"] = Field(
+        "random", description="Format warm-up before RL: supervised steps on the messages of "
+        "the task's random policy (random: the form of every message and answer, nothing "
+        "about meaning), of its oracle (oracle: imitation, labels the run uses_oracle), or "
+        "none.")
+    warmup_steps: int = Field(60, ge=0, description="Optimizer steps of the warm-up.")
+    warmup_episodes: int = Field(32, ge=1, description="Episodes the warm-up source plays "
+                                 "per step (every call of a trainable agent is a target).")
+    curriculum: list[Stage] = Field(
+        default_factory=list, description="Stages of task / scenario overrides, each with a "
+        "promotion rule; empty: the scenario as written.")
     demo_episodes: int = Field(0, ge=0, description="Extra task instances per iteration "
                                "played by the task oracle alone; every call in them is a "
                                "demonstration for the SFT term (behaviour cloning on clean "
@@ -62,7 +91,10 @@ class TrainConfig(BaseModel):
                                    "the joint transcript (MAPPO).")
     eval_every: int = Field(10, ge=1, description="Evaluate every K iterations (greedy).")
     eval_episodes: int = Field(64, ge=1, description="Held-out instances per evaluation.")
-    checkpoint_every: int = Field(10, ge=1, description="Checkpoint every K iterations.")
+    checkpoint_every: int = Field(10, ge=1, description="Checkpoint every K iterations (and "
+                                  "every K warm-up steps).")
+    checkpoint_every_s: float = Field(300.0, gt=0, description="Checkpoint at least this "
+                                      "often, in seconds of training.")
     keep_checkpoints: int = Field(3, ge=1, description="Checkpoints kept (plus best).")
     max_bad_iterations: int = Field(5, ge=1, description="Stop after this many consecutive "
                                     "iterations with a skipped (non-finite) update.")
@@ -76,7 +108,26 @@ class TrainConfig(BaseModel):
         if self.group_size < 2 and self.algorithm != "ppo":
             raise ValueError(f"group_size={self.group_size}: {self.algorithm} compares "
                              "rollouts within a group, so group_size must be at least 2.")
+        for i, stage in enumerate(self.curriculum):
+            last = i == len(self.curriculum) - 1
+            rule = stage.promote_at is not None or stage.after is not None
+            if not last and not rule:
+                raise ValueError(f"curriculum[{i}] has no promotion rule: give it promote_at "
+                                 "(an eval success rate) or after (iterations).")
+            if last and rule:
+                raise ValueError(f"curriculum[{i}] is the last stage, so it is never left: "
+                                 "remove its promote_at / after.")
         return self
+
+    @property
+    def uses_oracle(self) -> bool:
+        """Whether anything learnt comes from the task oracle (imitation, not discovery)."""
+        return self.sft_coef > 0 or (self.warmup_source == "oracle" and self.warmup_steps > 0)
+
+    @property
+    def warmup(self) -> int:
+        """Warm-up steps that will run (0 with ``warmup_source: none``)."""
+        return 0 if self.warmup_source == "none" else self.warmup_steps
 
 
 def load_config(path: str | Path | None = None, sets: list[str] | None = None) -> TrainConfig:

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import torch
 
+from marl import seeds
 from marl.algorithms.common import Trainable, oracle_episodes, samples_for, trainables, update
 from marl.algorithms.config import TrainConfig
 from marl.credit import agent_credit
 from marl.kernels import group_advantages, group_key
 from marl.rollout import EpisodeBatch
+from marl.seeds import derive_seed
 from marl.team import Team
 
 
@@ -71,9 +73,10 @@ class MAGRPO:
         stats: dict[str, float] = {}
         oracle = (oracle_episodes(self.team, self.policies, self.cfg.demo_episodes, seed)
                   if self.cfg.demo_episodes and self.sft_coef > 0 else None)
-        for t in self.trainables:
+        for j, t in enumerate(self.trainables):
             s = samples_for(t, self.team, batch, adv, self.sft_coef > 0, oracle)
-            for k, v in update(t, s, self.cfg, self.sft_coef).items():
+            order = derive_seed(seed, seeds.SHUFFLE, j)
+            for k, v in update(t, s, self.cfg, self.sft_coef, order).items():
                 stats[k] = stats.get(k, 0.0) + v / len(self.trainables)
         stats["sft_coef"] = self.sft_coef
         self.sft_coef *= self.cfg.sft_decay

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from marl import seeds
 from marl.algorithms.common import (
     Trainable,
     optimizer_step,
@@ -64,10 +65,9 @@ from marl.policies.generation import left_pad
 from marl.policies.lm import LMTokenizer
 from marl.policies.tiny import TinyLM
 from marl.policies.tiny_config import TinyConfig
-from marl.rollout import EpisodeBatch, derive_seed
+from marl.rollout import EpisodeBatch
+from marl.seeds import derive_seed
 from marl.team import Team
-
-CRITIC_INIT_STREAM, CRITIC_SHUFFLE_STREAM = 5, 6
 
 
 class ValueNet(nn.Module):
@@ -171,7 +171,7 @@ class PPO:
     def _critic(self, name: str, agents: list[str], t: Trainable, i: int) -> Critic:
         device = t.policy.model.device
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(self.cfg.seed, CRITIC_INIT_STREAM, i))
+            torch.manual_seed(derive_seed(self.cfg.seed, seeds.CRITIC_INIT, i))
             net = ValueNet(t.policy.tokenizer.vocab_size).to(device)
         opt = torch.optim.Adam(net.parameters(), lr=self.cfg.lr)
         return Critic(name, net, opt, agents, t.policy.tokenizer, device,
@@ -257,14 +257,15 @@ class PPO:
         stats: dict[str, float] = {}
         oracle = (oracle_episodes(self.team, self.policies, self.cfg.demo_episodes, seed)
                   if self.cfg.demo_episodes and self.sft_coef > 0 else None)
-        for t in self.trainables:
+        for j, t in enumerate(self.trainables):
             s = samples_for(t, self.team, batch, adv, self.sft_coef > 0, oracle)
-            for k, v in update(t, s, self.cfg, self.sft_coef).items():
+            order = derive_seed(seed, seeds.SHUFFLE, j)
+            for k, v in update(t, s, self.cfg, self.sft_coef, order).items():
                 stats[k] = stats.get(k, 0.0) + v / len(self.trainables)
         for i, (c, x, ret) in enumerate(zip(self.critics, inputs, returns, strict=True)):
             if not x.rows:
                 continue
-            fitted = self.fit(c, x, ret, derive_seed(seed, CRITIC_SHUFFLE_STREAM, i))
+            fitted = self.fit(c, x, ret, derive_seed(seed, seeds.CRITIC_SHUFFLE, i))
             for k, v in fitted.items():
                 stats[k] = stats.get(k, 0.0) + v / len(self.critics)
         stats["loss"] = stats.get("loss", 0.0) + stats.get("value_loss", 0.0)

@@ -33,8 +33,19 @@ class CausalLM(Protocol):
                cache: Any) -> tuple[torch.Tensor, Any]:
         """``ids: (B, 1)``, ``mask: (B, P + t + 1)`` -> logits ``(B, V)`` and the cache."""
 
+    def expand(self, cache: Any, index: torch.Tensor) -> Any:
+        """The cache of rows ``index (B',)`` (repeats allowed) of a prefilled batch."""
+
     def logits(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``(B, T)`` -> ``(B, T, V)`` without a cache (differentiable; used to score)."""
+
+    def prefix(self, ids: torch.Tensor, mask: torch.Tensor, room: int) -> tuple[torch.Tensor, Any]:
+        """As :meth:`prefill`, but differentiable and always on the trained model."""
+
+    def extend(self, ids: torch.Tensor, mask: torch.Tensor,
+               cache: Any) -> tuple[torch.Tensor, Any]:
+        """``ids: (B, T)`` after the cached positions, ``mask: (B, P + T)`` -> logits
+        ``(B, T, V)`` (differentiable) and the cache."""
 
 
 @dataclass(frozen=True)
@@ -107,15 +118,24 @@ def _pick(logits: torch.Tensor, s: Sampling,
 def generate(model: CausalLM, prompts: Sequence[Sequence[int]], s: Sampling, *, pad_id: int,
              eos_id: int | None, decode: Callable[[list[int]], str],
              generator: torch.Generator | None = None) -> Generated:
-    """Sample up to ``s.max_new_tokens`` tokens for every prompt, in one batch."""
+    """Sample up to ``s.max_new_tokens`` tokens for every prompt, in one batch.
+
+    Each distinct prompt is prefilled once and its cache shared by every row that repeats
+    it (the G rollouts of a group start from the same prompt).
+    """
     b, steps = len(prompts), s.max_new_tokens
-    ids, mask = left_pad(prompts, pad_id, model.device)
+    distinct: dict[tuple[int, ...], int] = {}
+    rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    ids, mask = left_pad(list(distinct), pad_id, model.device)
     tokens = torch.full((b, steps), pad_id, dtype=torch.long, device=model.device)
     logprobs = torch.zeros((b, steps), device=model.device)
     gen_mask = torch.zeros((b, steps), dtype=torch.bool, device=model.device)
     done = torch.zeros(b, dtype=torch.bool, device=model.device)
     finish = ["length"] * b
     logits, cache = model.prefill(ids, mask, steps)
+    if len(distinct) < b:
+        index = torch.tensor(rows, device=model.device)
+        logits, mask, cache = logits[index], mask[index], model.expand(cache, index)
     for t in range(steps):
         tok, lp = _pick(logits, s, generator)
         tok = tok.masked_fill(done, pad_id)
@@ -148,31 +168,89 @@ def completion_text(tokens: Sequence[int], decode: Callable[[list[int]], str],
 
 def score(model: CausalLM, prompts: Sequence[Sequence[int]],
           completions: Sequence[Sequence[int]], *, pad_id: int, temperature: float = 1.0,
-          entropy: bool = False) -> tuple[torch.Tensor, ...]:
+          entropy: bool = False, reference: CausalLM | None = None) -> tuple[torch.Tensor, ...]:
     """Log-probs of given completions under the current parameters (differentiable).
 
     Returns ``logprobs, mask: (B, L)`` aligned with the completions (left-aligned, padded
     to the longest), plus the per-token entropy ``(B, L)`` of the same distribution when
-    ``entropy``. Uses the same temperature convention as :func:`generate`.
+    ``entropy``, plus, given a ``reference`` model, the exact per-token
+    ``KL(π || π_ref) = Σ_v π(v) (log π(v) − log π_ref(v))`` over the whole vocabulary
+    ``(B, L)`` (differentiable in π; the reference runs without gradients). Uses the same
+    temperature convention as :func:`generate`.
+
+    Rows that repeat a prompt share its forward pass: the distinct prompts run once, and
+    every completion continues from its prompt's (differentiable) cache.
     """
-    seqs = [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)]
-    ids, mask = left_pad(seqs, pad_id, model.device)
-    logits = model.logits(ids, mask).float()
+    logall, targets = _log_dist(model, prompts, completions, pad_id, temperature)
+    out_mask = torch.arange(targets.shape[1], device=logall.device) < torch.tensor(
+        [len(c) for c in completions], device=logall.device)[:, None]
+    out = logall.gather(-1, targets[..., None])[..., 0].masked_fill(~out_mask, 0.0)
+    result = [out, out_mask]
+    if entropy:
+        result.append(-(logall.exp() * logall).sum(-1).masked_fill(~out_mask, 0.0))
+    if reference is not None:
+        with torch.no_grad():
+            ref, _ = _log_dist(reference, prompts, completions, pad_id, temperature)
+        kl = (logall.exp() * (logall - ref)).sum(-1)
+        result.append(kl.masked_fill(~out_mask, 0.0))
+    return tuple(result)
+
+
+def _log_dist(model: CausalLM, prompts: Sequence[Sequence[int]],
+              completions: Sequence[Sequence[int]], pad_id: int,
+              temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-distributions ``(B, n, V)`` before each completion token (temperature-scaled)
+    and the tokens ``(B, n)``, left-aligned."""
+    n = max(len(c) for c in completions)
+    distinct: dict[tuple[int, ...], int] = {}
+    rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    if n == 0 or len(distinct) == len(rows):
+        logits, targets = _logits_whole(model, prompts, completions, pad_id, n)
+    else:
+        logits, targets = _logits_shared(model, list(distinct), rows, completions, pad_id, n)
+    logits = logits.float()
     if temperature > 0:
         logits = logits / temperature
-    n = max(len(c) for c in completions)
+    return F.log_softmax(logits, -1), targets
+
+
+def _logits_whole(model: CausalLM, prompts: Sequence[Sequence[int]],
+                  completions: Sequence[Sequence[int]], pad_id: int,
+                  n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits ``(B, n, V)`` before each completion token and the tokens ``(B, n)``
+    (left-aligned), from one pass over every prompt + completion."""
+    seqs = [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)]
+    ids, mask = left_pad(seqs, pad_id, model.device)
     if n == 0:
-        empty = torch.zeros((len(seqs), 0), device=logits.device)
-        return (empty, empty.bool(), empty) if entropy else (empty, empty.bool())
+        return ids.new_zeros((len(seqs), 0, 1), dtype=torch.float), ids[:, :0]
     # Only the last n positions can predict completion tokens: slice before the softmax.
-    logall = F.log_softmax(logits[:, -n - 1 : -1], -1)  # (B, n, V)
-    logp = logall.gather(-1, ids[:, -n:, None])[..., 0]
-    lengths = torch.tensor([len(c) for c in completions], device=logp.device)
+    logits = model.logits(ids, mask)[:, -n - 1 : -1]
+    lengths = torch.tensor([len(c) for c in completions], device=ids.device)
     # Completion i occupies the last len(c_i) columns; move it to the front.
-    shift = (torch.arange(n, device=logp.device) + (n - lengths)[:, None]).clamp(max=n - 1)
-    out_mask = torch.arange(n, device=logp.device) < lengths[:, None]
-    out = logp.gather(1, shift).masked_fill(~out_mask, 0.0)
-    if not entropy:
-        return out, out_mask
-    ent = -(logall.exp() * logall).sum(-1).gather(1, shift).masked_fill(~out_mask, 0.0)
-    return out, out_mask, ent
+    shift = (torch.arange(n, device=ids.device) + (n - lengths)[:, None]).clamp(max=n - 1)
+    logits = logits.gather(1, shift[..., None].expand(-1, -1, logits.shape[-1]))
+    return logits, ids[:, -n:].gather(1, shift)
+
+
+def _logits_shared(model: CausalLM, distinct: list[tuple[int, ...]], rows: list[int],
+                   completions: Sequence[Sequence[int]], pad_id: int,
+                   n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """As :func:`_logits_whole`, running each distinct prompt once: ``rows[i]`` is row
+    i's prompt in ``distinct``."""
+    ids, mask = left_pad(distinct, pad_id, model.device)
+    last, cache = model.prefix(ids, mask, n)
+    index = torch.tensor(rows, device=model.device)
+    cache = model.expand(cache, index)
+    targets = torch.full((len(rows), n), pad_id, dtype=torch.long, device=model.device)
+    for i, c in enumerate(completions):
+        targets[i, : len(c)] = torch.as_tensor(list(c), dtype=torch.long)
+    filled = torch.arange(n, device=model.device) < torch.tensor(
+        [len(c) for c in completions], device=model.device)[:, None]
+    first = last[index][:, None]  # (B, 1, V): predicts each completion's first token
+    if n == 1:
+        return first, targets
+    # Completions are right-padded after their prompt; padding is never attended to by a
+    # real token, since it only ever follows one.
+    after, _ = model.extend(targets[:, :-1], torch.cat([mask[index], filled[:, :-1]], 1),
+                            cache)
+    return torch.cat([first, after], 1), targets

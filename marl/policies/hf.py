@@ -90,6 +90,12 @@ class HFCausalLM:
                          use_cache=True, return_dict=True, **self._last_only)
         return out.logits[:, -1], out[self._cache_kw]
 
+    def expand(self, cache: Any, index: torch.Tensor) -> Any:
+        if self.twin is not None:
+            return TinyCausalLM(self.twin.model, self.device).expand(cache, index)
+        cache.reorder_cache(index)  # index_select along the batch, in place
+        return cache
+
     def decode(self, ids: torch.Tensor, mask: torch.Tensor,
                cache: Any) -> tuple[torch.Tensor, Any]:
         if self.twin is not None:
@@ -103,6 +109,18 @@ class HFCausalLM:
     def logits(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
                           use_cache=False, return_dict=True).logits
+
+    def prefix(self, ids: torch.Tensor, mask: torch.Tensor, room: int) -> tuple[torch.Tensor, Any]:
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
+                         use_cache=True, return_dict=True, **self._last_only)
+        return out.logits[:, -1], out[self._cache_kw]
+
+    def extend(self, ids: torch.Tensor, mask: torch.Tensor,
+               cache: Any) -> tuple[torch.Tensor, Any]:
+        pos = _positions(mask)[:, -ids.shape[1]:]
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                         use_cache=True, return_dict=True, **{self._cache_kw: cache})
+        return out.logits, out[self._cache_kw]
 
 
 class HFTokenizer:

@@ -138,11 +138,23 @@ class TinyCausalLM:
         logits = self.model(ids, mask, cache=cache, start=0)
         return logits[:, -1], (cache, p)
 
+    def expand(self, cache: Any, index: torch.Tensor) -> Any:
+        kv, used = cache
+        return [(k[index], v[index]) for k, v in kv], used
+
     def decode(self, ids: torch.Tensor, mask: torch.Tensor, cache: Any):
+        logits, cache = self.extend(ids, mask, cache)
+        return logits[:, -1], cache
+
+    def prefix(self, ids: torch.Tensor, mask: torch.Tensor, room: int):
+        # Writes into the static cache are in-place copies, which autograd differentiates.
+        return self.prefill(ids, mask, room)
+
+    def extend(self, ids: torch.Tensor, mask: torch.Tensor, cache: Any):
         kv, used = cache
         logits = self.model(ids, ids.new_ones(ids.shape, dtype=torch.bool), key_mask=mask,
                             cache=kv, start=used)
-        return logits[:, -1], (kv, used + 1)
+        return logits, (kv, used + ids.shape[1])
 
     def logits(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.model(ids, mask)

@@ -15,6 +15,7 @@ TASKS: dict[str, str] = {
     "gather_v0": "marl.tasks.gather:GatherV0",
     "vote_v0": "marl.tasks.vote:Vote",
     "relay_v0": "marl.tasks.relay:Relay",
+    "ref_v0": "marl.tasks.ref:Ref",
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from marl.errors import Problem
+from marl.errors import MarlError, Problem
 from orchestration.hints import did_you_mean, listing
 
 
@@ -58,6 +58,25 @@ def inbox_messages(observation: str, agents: Sequence[str]) -> list[tuple[str, s
         if m and m.group(1) in known:
             out.append((m.group(1), m.group(2)))
     return out
+
+
+def is_code(message: str, length: int, alphabet: str) -> bool:
+    """``length`` characters of ``alphabet``, or ``length`` ``?`` marks ("nothing to say").
+
+    >>> is_code("ab", 2, "abc"), is_code("??", 2, "abc"), is_code("a?", 2, "abc")
+    (True, True, False)
+    """
+    return len(message) == length and (all(c in alphabet for c in message)
+                                       or message == "?" * length)
+
+
+def is_index(message: str, count: int) -> bool:
+    """One of the indices ``0 .. count - 1`` written in decimal, with no padding.
+
+    >>> is_index("3", 4), is_index("4", 4), is_index("03", 4), is_index(" 1", 4)
+    (True, False, False, False)
+    """
+    return message.isdigit() and message == str(int(message)) and int(message) < count
 
 
 def private_text(observation: str) -> str:
@@ -134,6 +153,23 @@ class Task(ABC):
     @abstractmethod
     def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
         """A uniformly random message (or answer) of the right format."""
+
+    @abstractmethod
+    def valid_message(self, agent: str, message: str, final: bool) -> bool:
+        """Whether ``message`` has the format of ``agent``'s messages (or, when ``final``,
+        of an answer): the form, not the meaning. Every oracle and random message is valid.
+        """
+
+    #: Named instance distributions: ``train`` (what training samples) and, for tasks that
+    #: study generalisation, held-out ones that evaluation reports separately.
+    splits: ClassVar[tuple[str, ...]] = ("train",)
+
+    def draw(self, rng: np.random.Generator, split: str = "train") -> Instance:
+        """An instance of ``split`` (tasks with held-out splits override this)."""
+        if split not in self.splits:
+            raise MarlError(f"{self.id} has no instance split {split!r}; its splits: "
+                            f"{listing(list(self.splits))}.")
+        return self.sample(rng)
 
     def output_length(self, agent: str, final: bool) -> int:
         return self.answer_length if final else self.message_length(agent)

@@ -122,6 +122,15 @@ class Gather(Task):
             return f"{int(rng.integers(self._largest_answer + 1)):0{self.answer_length}d}"
         return "".join(rng.choice(list(DIGITS), size=self.message_length(agent)))
 
+    def valid_message(self, agent: str, message: str, final: bool) -> bool:
+        if final:
+            return (len(message) == self.answer_length and message.isdigit()
+                    and int(message) <= self._largest_answer)
+        w = self.width
+        slots = [message[i : i + w] for i in range(0, len(message), w)]
+        return (len(message) == self.message_length(agent)
+                and all(s.isdigit() or s == "?" * w for s in slots))
+
 
 class GatherV0(Gather):
     """gather_v0: the sum modulo ``values`` (see the version history above)."""

@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import Field
 
 from marl.errors import Problem
-from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, private_text
+from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, is_code, private_text
 
 LETTERS = string.ascii_lowercase
 
@@ -56,7 +56,7 @@ class Relay(Task):
         fact = "".join(rng.choice(list(LETTERS), size=n))
         private = {a: f"fact: {'?' * n}" for a in self.agents}
         private[self.source] = f"fact: {fact}"
-        return Instance(private, fact)
+        return Instance(private, fact, {"fact": fact})
 
     def message_length(self, agent: str) -> int:
         return self.params.fact_length
@@ -81,3 +81,6 @@ class Relay(Task):
 
     def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
         return "".join(rng.choice(list(LETTERS), size=self.params.fact_length))
+
+    def valid_message(self, agent: str, message: str, final: bool) -> bool:
+        return is_code(message, self.params.fact_length, LETTERS)

@@ -34,7 +34,15 @@ import numpy as np
 from pydantic import Field
 
 from marl.errors import Problem
-from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, private_text
+from marl.tasks.base import (
+    Instance,
+    Task,
+    TaskParams,
+    inbox_messages,
+    is_code,
+    is_index,
+    private_text,
+)
 
 LETTERS = string.ascii_lowercase
 
@@ -129,3 +137,8 @@ class Signal(Task):
         if final:
             return str(int(rng.integers(self.params.candidates)))
         return "".join(rng.choice(list(LETTERS), size=self.m))
+
+    def valid_message(self, agent: str, message: str, final: bool) -> bool:
+        if final:
+            return is_index(message, self.params.candidates)
+        return is_code(message, self.m, LETTERS)

@@ -27,7 +27,7 @@ from collections import Counter
 import numpy as np
 from pydantic import Field
 
-from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, private_text
+from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, is_index, private_text
 
 
 class VoteParams(TaskParams):
@@ -46,13 +46,13 @@ class Vote(Task):
     def sample(self, rng: np.random.Generator) -> Instance:
         k = self.params.classes
         label = int(rng.integers(k))
-        private = {}
+        private, copies = {}, {}
         for a in self.agents:
             seen = label
             if rng.random() < self.params.noise:
                 seen = (label + 1 + int(rng.integers(k - 1))) % k
-            private[a] = f"label: {seen}"
-        return Instance(private, str(label), {"label": label})
+            private[a], copies[a] = f"label: {seen}", seen
+        return Instance(private, str(label), {"label": label, "seen": copies})
 
     def message_length(self, agent: str) -> int:
         return 1
@@ -71,3 +71,6 @@ class Vote(Task):
 
     def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
         return str(int(rng.integers(self.params.classes)))
+
+    def valid_message(self, agent: str, message: str, final: bool) -> bool:
+        return is_index(message, self.params.classes)

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 import marl.algorithms.common as common
@@ -42,6 +43,9 @@ class SayDigit(Task):
     def random_message(self, agent, final, rng):
         return str(int(rng.integers(10)))
 
+    def valid_message(self, agent, message, final):
+        return len(message) == 1 and message.isdigit()
+
     def score(self, instance, answer):
         return float(answer.startswith("7"))
 
@@ -58,7 +62,7 @@ def toy(monkeypatch):
 def small(**kw) -> TrainConfig:
     base = dict(episodes_per_iter=4, group_size=8, eval_every=2, eval_episodes=8,
                 checkpoint_every=2, sft_coef=0.0, transcripts_per_iter=1, epochs=1,
-                minibatches=1)
+                minibatches=1, warmup_steps=0)
     return TrainConfig(**{**base, **kw})
 
 
@@ -88,8 +92,19 @@ def test_existing_run_needs_resume(toy, tmp_path):
     Trainer(toy, small(iterations=2), tmp_path).train()
     with pytest.raises(MarlError, match="--resume"):
         Trainer(toy, small(iterations=2), tmp_path)
-    with pytest.raises(MarlError, match="no checkpoint"):
-        Trainer(toy, small(iterations=2), tmp_path / "empty", resume=True)
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(toy, tmp_path):
+    cfg = small(iterations=5, checkpoint_every=10, eval_every=10)
+    full, again = kill_and_resume(toy, cfg, tmp_path, kill_at=3, resume_from=0)
+    assert again == full and len(full) == 5
+
+
+def test_checkpoints_are_also_taken_by_time(toy, tmp_path):
+    trainer = Trainer(toy, small(iterations=3, checkpoint_every=10, eval_every=10,
+                                 checkpoint_every_s=1e-9), tmp_path)
+    trainer.step()
+    assert (tmp_path / "checkpoints" / "iter_000001").is_dir()
 
 
 def test_nan_losses_are_skipped_counted_and_then_stop_the_run(toy, tmp_path, monkeypatch):
@@ -150,25 +165,120 @@ def test_cli_train_smoke(tmp_path):
     res = CliRunner().invoke(app, [
         "train", str(ROOT / "scenarios" / "signal.yaml"), "--out", str(out),
         "--set", "iterations=2", "--set", "episodes_per_iter=2", "--set", "group_size=2",
-        "--set", "eval_episodes=4", "--set", "eval_every=1", "--set", "demo_episodes=2"])
+        "--set", "eval_episodes=4", "--set", "eval_every=1", "--set", "warmup_steps=2",
+        "--set", "warmup_episodes=4"])
     assert res.exit_code == 0, res.output
-    assert "2 oracle-played instances as demonstrations" in res.output
+    assert "2 warm-up steps on the random policy's messages" in res.output
+    assert "oracle" not in res.output
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["phase"], r["step"], r["iteration"]) for r in rows] == [
+        ("warmup", 1, 0), ("warmup", 2, 0), ("rl", 3, 1), ("rl", 4, 2)]
     keys = {"iteration", "episodes", "reward_mean", "success_rate", "tokens_per_episode",
             "cost_per_episode", "tokens_per_agent", "loss", "entropy", "kl", "grad_norm",
-            "samples_per_s", "wall_s", "eval_success_rate", "eval_reward_mean"}
-    assert len(rows) == 2 and keys <= set(rows[-1])
-    assert set(rows[0]["tokens_per_agent"]) == {"speaker", "listener"}
-    assert (out / "config.yaml").is_file() and (out / "summary.json").is_file()
-    ckpt = out / "checkpoints" / "best"
-    assert (ckpt / "speaker" / "model.safetensors").is_file()
+            "samples_per_s", "wall_s", "eval_success_rate", "eval_reward_mean",
+            "format_valid_rate", "oracle_agreement", "eval_format_valid_rate",
+            "eval_oracle_agreement"}
+    assert keys <= set(rows[-1])
+    assert {"sft_loss", "format_valid_rate", "eval_success_rate"} <= set(rows[1])
+    assert set(rows[2]["tokens_per_agent"]) == set(rows[2]["format_valid_rate"]) == {
+        "speaker", "listener"}
+    assert (out / "config.yaml").is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["uses_oracle"] is False and summary["warmup_steps"] == 2
+    for name in ("best", "warmup", "iter_000002"):
+        assert (out / "checkpoints" / name / "speaker" / "model.safetensors").is_file()
+    assert sorted(p.name for p in (out / "episodes").glob("eval_*")) == [
+        "eval_000001.jsonl", "eval_000002.jsonl", "eval_warmup_000001.jsonl",
+        "eval_warmup_000002.jsonl"]
     res = CliRunner().invoke(app, ["run", str(ROOT / "scenarios" / "signal.yaml"),
-                                   "--checkpoint", str(ckpt), "--episodes", "4",
-                                   "--out", str(tmp_path / "eval")])
+                                   "--checkpoint", str(out / "checkpoints" / "best"),
+                                   "--episodes", "4", "--out", str(tmp_path / "eval")])
     assert res.exit_code == 0, res.output
+    assert "format valid: speaker" in res.output
+
+
+def test_cli_train_says_when_it_uses_the_oracle(tmp_path):
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, [
+        "train", str(ROOT / "scenarios" / "signal.yaml"), "--out", str(out),
+        "--set", "iterations=1", "--set", "episodes_per_iter=2", "--set", "group_size=2",
+        "--set", "eval_episodes=4", "--set", "warmup_steps=0", "--set", "sft_coef=1",
+        "--set", "demo_episodes=2"])
+    assert res.exit_code == 0, res.output
+    assert "uses the task oracle (sft_coef 1.0 with 2 oracle-played instances" in res.output
+    assert json.loads((out / "summary.json").read_text())["uses_oracle"] is True
 
 
 def test_cli_train_config_error_has_no_traceback(tmp_path):
     res = CliRunner().invoke(app, ["train", str(ROOT / "scenarios" / "signal.yaml"),
                                    "--set", "epochz=2", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "epochz" in res.output and "Traceback" not in res.output
+
+
+def test_random_warmup_teaches_the_format_and_nothing_else(tmp_path):
+    """After the warm-up on the random policy's messages the team writes well-formed
+    messages and answers and is still at chance: it has learnt form, not meaning."""
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    cfg = TrainConfig(warmup_steps=60, eval_every=60, eval_episodes=256, iterations=1)
+    trainer = Trainer(team, cfg, tmp_path)
+    while trainer.phase == "warmup":
+        row = trainer.step()
+    assert row["warmup_step"] == 60
+    assert min(row["format_valid_rate"].values()) >= 0.95
+    assert min(row["eval_format_valid_rate"].values()) >= 0.95
+    # chance is 1/4; 256 sampled episodes: a standard deviation is 0.027
+    assert abs(row["success_rate"] - 0.25) < 0.09
+    assert row["oracle_agreement"]["speaker"] < 0.15  # 1/26 by chance
+    assert (tmp_path / "checkpoints" / "warmup" / "speaker").is_dir()
+    assert not list((tmp_path / "checkpoints").glob("warmup_*"))
+
+
+def test_kill_and_resume_inside_the_warmup(toy, tmp_path):
+    cfg = small(iterations=3, warmup_steps=5, warmup_episodes=4, checkpoint_every=2)
+    full, again = kill_and_resume(toy, cfg, tmp_path, kill_at=0, resume_from=0,
+                                  kill_step=4, resume_step=4)
+    assert again == full and len(full) == 8
+    assert [r["phase"] for r in full] == ["warmup"] * 5 + ["rl"] * 3
+
+
+def relay_team():
+    data = yaml.safe_load((ROOT / "scenarios" / "relay_chain.yaml").read_text())
+    return load_team(data)
+
+
+def test_curriculum_moves_through_its_stages_and_resumes_in_the_same_stage(tmp_path):
+    curriculum = [{"name": "short", "task": {"fact_length": 1}, "after": 2},
+                  {"name": "longer", "task": {"fact_length": 2}, "after": 2},
+                  {"task": {"fact_length": 4}}]
+    cfg = small(iterations=6, episodes_per_iter=2, group_size=2, curriculum=curriculum,
+                warmup_steps=3, warmup_episodes=2, eval_every=1)
+    trainer = Trainer(relay_team(), cfg, tmp_path / "run")
+    trainer.train()
+    rows = trainer.rows
+    # the warm-up plays every stage's team in turn, so every stage's format is learnt
+    assert [r["stage"] for r in rows[:3]] == ["short", "longer", "stage_2"]
+    assert [r["stage"] for r in rows[3:]] == ["short"] * 2 + ["longer"] * 2 + ["stage_2"] * 2
+    transcripts = [json.loads(x) for x in (tmp_path / "run" / "episodes" /
+                                          "iter_000001.jsonl").read_text().splitlines()]
+    assert len(transcripts[0]["target"]) == 1
+    assert trainer.best["iteration"] in (5, 6)  # best is only tracked in the last stage
+    full, again = kill_and_resume(relay_team(), cfg, tmp_path, kill_at=4, resume_from=4)
+    assert again == full
+
+
+@pytest.mark.parametrize(("curriculum", "message"), [
+    ([{"task": {"fact_length": 1}}, {"task": {"fact_length": 2}}], "no promotion rule"),
+    ([{"task": {"fact_length": 1}, "after": 2}, {"task": {}, "after": 3}], "last stage"),
+    ([{"task": {"fact_lenght": 1}, "after": 2}, {}], "fact_lenght"),
+    ([{"task": {"fact_length": 1}, "after": 2},
+      {"scenario": {"policies": {"default": {"backend": "tiny", "max_new_tokens": 6}}}}],
+     "agents or policies"),
+    ([{"tsk": {}}], "tsk"),
+])
+def test_bad_curricula_are_rejected_with_the_stage_named(curriculum, message, tmp_path):
+    with pytest.raises((ConfigError, MarlError)) as err:
+        cfg = load_config(None, [f"curriculum={json.dumps(curriculum)}", "warmup_steps=0"])
+        Trainer(relay_team(), cfg, tmp_path)
+    assert message in str(err.value)
+    if "fact_lenght" in message:
+        assert "curriculum[0]" in str(err.value)

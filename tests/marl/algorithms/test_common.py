@@ -80,7 +80,8 @@ def test_oracle_episodes_add_demonstration_rows():
     only_demos = samples_for(lead, team, batch, adv, True, oracle)
     only_demos.completions[:4] = [[], [], [], []]  # the team's own rows: nothing to train
     only_demos.demos[:4] = [[], [], [], []]
-    stats = update(lead, only_demos, TrainConfig(epochs=1, minibatches=1), sft_coef=1.0)
+    stats = update(lead, only_demos, TrainConfig(epochs=1, minibatches=1), sft_coef=1.0,
+                   seed=0)
     assert stats["sft_loss"] > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, lead.policy.parameters(),
                                                       strict=True))

@@ -43,7 +43,8 @@ GATHER = {
 
 
 def config(**overrides) -> TrainConfig:
-    return TrainConfig(**{"algorithm": "ppo", "group_size": 1, "sft_coef": 0.0, **overrides})
+    return TrainConfig(**{"algorithm": "ppo", "group_size": 1, "sft_coef": 0.0,
+                          "warmup_steps": 0, **overrides})
 
 
 def setup(scenario: dict, episodes: int = 4, **overrides):
@@ -216,6 +217,7 @@ def test_ppo_raises_the_probability_of_rewarded_first_letters():
 def test_trainer_kill_and_resume_equals_an_uninterrupted_run(tmp_path):
     team = load_team(SIGNAL)
     cfg = config(critic="central", iterations=4, episodes_per_iter=2, group_size=2,
-                 checkpoint_every=2, eval_every=4, eval_episodes=2, sft_coef=0.5)
+                 checkpoint_every=2, eval_every=4, eval_episodes=2, sft_coef=0.5,
+                 warmup_steps=2, warmup_episodes=2)
     full, again = kill_and_resume(team, cfg, tmp_path, kill_at=3, resume_from=2)
-    assert again == full and len(full) == 4
+    assert again == full and len(full) == 6

@@ -1,3 +1,5 @@
+import itertools
+import json
 import sys
 
 import numpy as np
@@ -5,9 +7,10 @@ import pytest
 import yaml
 
 from marl.env import TeamEnv
-from marl.errors import ScenarioError
+from marl.errors import MarlError, ScenarioError
 from marl.policies import Request
 from marl.policies.scripted import ScriptedPolicy
+from marl.rollout import collect
 from marl.runner import run
 from marl.tasks import TASKS, task_class
 from marl.team import load_team
@@ -126,3 +129,112 @@ def test_lewis_speaker_problems_name_the_field(speaker, fragments):
         load_team(data)
     for fragment in fragments:
         assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("policy", ["scripted", "random"])
+def test_oracle_and_random_messages_are_valid(path, policy):
+    result = run(load_team(path), 12, seed=3, policy=policy)
+    calls = [m for e in result.episodes for m in e["transcript"]]
+    assert all(m["valid"] for m in calls)
+    assert all(m["oracle_agrees"] for m in calls) == (policy == "scripted")
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_episode_records_carry_the_instance(path):
+    episode = run(load_team(path), 1, seed=0, policy="random").episodes[0]
+    assert episode["split"] == "train" and episode["instance"]
+    json.dumps(episode["instance"])  # plain data, for analyses that never parse prompts
+
+
+@pytest.mark.parametrize(("task_id", "params", "message", "final", "valid"), [
+    ("lewis_v0", {"objects": 4}, "c", False, True),
+    ("lewis_v0", {"objects": 4}, "?", False, True),
+    ("lewis_v0", {"objects": 4}, "cc", False, False),
+    ("lewis_v0", {"objects": 4}, "C", False, False),
+    ("lewis_v0", {"objects": 4}, "3", True, True),
+    ("lewis_v0", {"objects": 4}, "4", True, False),
+    ("lewis_v0", {"objects": 4}, "03", True, False),
+    ("lewis_v0", {"objects": 4}, "", True, False),
+    ("signal_v0", {}, "abc", False, True),
+    ("signal_v0", {}, "ab", False, False),
+    ("gather_v1", {"values": 100}, "07??", False, True),
+    ("gather_v1", {"values": 100}, "0?7?", False, False),
+    ("gather_v1", {"values": 100}, "198", True, True),
+    ("gather_v1", {"values": 100}, "199", True, False),
+    ("gather_v1", {"values": 100}, "18", True, False),
+    ("vote_v0", {"classes": 3}, "2", False, True),
+    ("vote_v0", {"classes": 3}, "x", True, False),
+    ("relay_v0", {"fact_length": 3}, "kqz", True, True),
+    ("relay_v0", {"fact_length": 3}, "kq", False, False),
+    ("ref_v0", {}, "ah", False, True),
+    ("ref_v0", {}, "ai", False, False),
+    ("ref_v0", {}, "33", True, True),
+    ("ref_v0", {}, "34", True, False),
+    ("ref_v0", {}, "3", True, False),
+])
+def test_valid_message_checks_the_format(task_id, params, message, final, valid):
+    cls = task_class(task_id)
+    task = cls(cls.Params(**params), ["a", "b"], ["b"])
+    assert task.valid_message("a" if not final else "b", message, final) is valid
+
+
+def ref_task(**params):
+    cls = task_class("ref_v0")
+    return cls(cls.Params(**params), ["speaker", "listener"], ["listener"])
+
+
+def test_ref_holds_out_objects_that_training_never_samples():
+    task = ref_task(attributes=2, values=4, holdout=0.25)
+    rng = np.random.default_rng(0)
+    train = {tuple(task.draw(rng, "train").data["meaning"]) for _ in range(400)}
+    held = {tuple(task.draw(rng, "holdout").data["meaning"]) for _ in range(100)}
+    assert len(train) == 12 and len(held) == 4 and not train & held
+    for i in range(2):  # every value of every attribute is seen in training
+        assert {m[i] for m in train} == set(range(4))
+    assert task.splits == ("train", "holdout")
+    assert ref_task(holdout=0.0).splits == ("train",)
+    with pytest.raises(MarlError, match="splits: 'train'"):
+        ref_task(holdout=0.0).draw(rng, "holdout")
+
+
+def test_ref_oracle_code_is_compositional_or_holistic():
+    task = ref_task(attributes=2, values=4, message_length=3, vocab=8)
+    assert task.encode((2, 3)) == "cda" and task.decode("cda") == (2, 3)
+    assert ref_task(attributes=3, values=4, message_length=3, vocab=4).compositional
+    small = ref_task(attributes=2, values=4, message_length=4, vocab=2)
+    assert not small.compositional
+    codes = {small.encode(m) for m in itertools.product(range(4), repeat=2)}
+    assert len(codes) == 16 and all(small.decode(c) is not None for c in codes)
+
+
+def test_ref_oracle_is_perfect_on_both_splits_and_random_is_at_chance():
+    team = load_team(ROOT / "scenarios" / "ref.yaml")
+    policies = {a: ScriptedPolicy(team.task) for a in team.ids}
+    for split in team.task.splits:
+        batch = collect(team, policies, 40, seed=1, split=split)
+        assert bool(batch.success.all())
+        assert {r["instance"]["split"] for r in batch.records} == {split}
+    result = run(team, 400, seed=2, policy="random")
+    assert abs(sum(e["success"] for e in result.episodes) / 400 - 1 / 16) < 0.03
+
+
+@pytest.mark.parametrize(("params", "field", "message"), [
+    ({"message_length": 1, "vocab": 8}, "task.params.message_length", "cannot name 4^2"),
+    ({"holdout": 0.9}, "task.params.holdout", "every value"),
+])
+def test_ref_problems_name_the_field(params, field, message):
+    data = yaml.safe_load((ROOT / "scenarios" / "ref.yaml").read_text())
+    data["task"]["params"].update(params)
+    with pytest.raises(ScenarioError) as err:
+        load_team(data)
+    assert field in str(err.value) and message in str(err.value)
+
+
+def test_ref_partial_credit_scores_each_attribute():
+    task = ref_task(partial=True)
+    instance = task.draw(np.random.default_rng(0))
+    wrong_one = ("9" if instance.answer[0] != "9" else "8") + instance.answer[1]
+    assert task.score(instance, instance.answer) == 1.0
+    assert task.score(instance, wrong_one) == 0.5
+    assert task.score(instance, "1") == 0.0
