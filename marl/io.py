@@ -1,11 +1,13 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of either."""
+"""Atomic file and directory writes: a reader sees the old version or the new one, never
+half of either; one home for every writer in the project."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +55,28 @@ def append_jsonl(path: str | Path, row: Any) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def atomic_dir(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Run ``write(tmp)`` on a fresh directory beside ``path``, then swap it into place.
+
+    A crash while writing leaves ``path`` as it was (the half-written directory is
+    removed); a crash between the two renames leaves the old version under a hidden
+    ``.NAME.*.old`` name beside it, never a mix of the two.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    old = tmp.with_suffix(".old")
+    try:
+        write(tmp)
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not path.exists():
+            os.replace(old, path)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return path

@@ -47,7 +47,13 @@ from marl.algorithms.config import TrainConfig
 from marl.algorithms.warmup import warmup_step
 from marl.curriculum import stage_name, stage_teams
 from marl.errors import MarlError
-from marl.io import append_jsonl, atomic_write_json, atomic_write_jsonl, atomic_write_text
+from marl.io import (
+    append_jsonl,
+    atomic_dir,
+    atomic_write_json,
+    atomic_write_jsonl,
+    atomic_write_text,
+)
 from marl.ledger import Ledger
 from marl.rollout import EpisodeBatch, collect
 from marl.runner import build_policies
@@ -97,21 +103,15 @@ class Trainer:
 
     # -- checkpoints -------------------------------------------------------------------
     def _save(self, tag: str) -> Path:
-        root = self.out / "checkpoints"
-        final = root / tag
-        tmp = root / f".{tag}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        for t in self.learner.trainables:
-            t.policy.save(tmp / t.name)
-        torch.save({"iteration": self.iteration, "warmed": self.warmed, "stage": self.stage,
-                    "stage_start": self.stage_start, "learner": self.learner.state_dict(),
-                    "best": self.best, "wall": self._now()}, tmp / "state.pt")
-        old = root / f".{tag}.old"
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
+        def write(tmp: Path) -> None:
+            for t in self.learner.trainables:
+                t.policy.save(tmp / t.name)
+            torch.save({"iteration": self.iteration, "warmed": self.warmed,
+                        "stage": self.stage, "stage_start": self.stage_start,
+                        "learner": self.learner.state_dict(), "best": self.best,
+                        "wall": self._now()}, tmp / "state.pt")
+
+        final = atomic_dir(self.out / "checkpoints" / tag, write)
         self._last_checkpoint, self._saved_step = self._now(), self.step_count
         return final
 
@@ -339,6 +339,9 @@ class Trainer:
                 **{k: stats.get(k, 0.0) for k in ("loss", "pg_loss", "sft_loss", "entropy",
                                                   "kl", "grad_norm", "clip_frac")},
                 **{k: stats[k] for k in ("value_loss", "value_grad_norm") if k in stats},
+                **{k: stats.get(k, 0.0) for k in ("demo_tokens", "demo_cost_usd",
+                                                  "counterfactual_tokens",
+                                                  "counterfactual_cost_usd")},
                 "skipped_updates": stats.get("skipped", 0.0), "sft_coef": stats.get("sft_coef"),
                 "samples_per_s": int(batch.mask.any(-1).sum()) / seconds}
 

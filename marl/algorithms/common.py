@@ -23,6 +23,7 @@ import torch
 
 from marl import seeds
 from marl.algorithms.config import TrainConfig
+from marl.ledger import Ledger, LedgerRow
 from marl.policies.lm import LMPolicy
 from marl.policies.scripted import ScriptedPolicy
 from marl.rollout import EpisodeBatch, collect
@@ -139,6 +140,13 @@ def target_ids(t: Trainable, text: str) -> list[int]:
     if not stop and tok.eos_id is not None:
         ids.append(tok.eos_id)
     return ids[: t.policy.sampling.max_new_tokens]
+
+
+def rollout_cost(kind: str, rows: list[LedgerRow]) -> dict[str, float]:
+    """Tokens and USD of rollouts an update made itself (``demo``: oracle-played episodes;
+    ``counterfactual``: credit replays), for the iteration's metrics."""
+    ledger = Ledger(rows)
+    return {f"{kind}_tokens": float(ledger.total().total), f"{kind}_cost_usd": float(ledger.cost())}
 
 
 def oracle_episodes(team: Team, policies: dict, episodes: int, seed: int) -> EpisodeBatch:

@@ -54,12 +54,16 @@ class TrainConfig(BaseModel):
                             "per-agent credit from counterfactual replays with agents muted.")
     lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    epochs: int = Field(2, ge=1, description="Passes over each batch (models trained from "
-                                             "scratch need many steps per batch).")
-    minibatches: int = Field(8, ge=1, description="Minibatches per pass.")
+    epochs: int = Field(1, ge=1, description="Passes over each batch (1: MAGRPO's on-policy "
+                        "step; more reuse each batch, clipped, and were seen to collapse a "
+                        "team learning from reward alone).")
+    minibatches: int = Field(1, ge=1, description="Minibatches per pass.")
     clip_low: float = Field(0.2, ge=0, description="Ratio clip below 1 (1 - clip_low).")
     clip_high: float = Field(0.28, ge=0, description="Ratio clip above 1 (clip-higher).")
-    kl_coef: float = Field(0.0, ge=0, description="KL to the frozen initial policy.")
+    kl_coef: float = Field(0.1, ge=0, description="Exact KL(π || π_ref) over the vocabulary at "
+                           "every generated token, to the policy RL started from (after the "
+                           "warm-up): keeps the format the warm-up taught and stops a policy "
+                           "from collapsing onto one message while it explores.")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus.")
     aggregation: Literal["token", "sequence"] = Field(
         "token", description="token: mean over all tokens; sequence: mean of per-sequence means.")
@@ -108,6 +112,7 @@ class TrainConfig(BaseModel):
         if self.group_size < 2 and self.algorithm != "ppo":
             raise ValueError(f"group_size={self.group_size}: {self.algorithm} compares "
                              "rollouts within a group, so group_size must be at least 2.")
+        self._check_applies()
         for i, stage in enumerate(self.curriculum):
             last = i == len(self.curriculum) - 1
             rule = stage.promote_at is not None or stage.after is not None
@@ -118,6 +123,29 @@ class TrainConfig(BaseModel):
                 raise ValueError(f"curriculum[{i}] is the last stage, so it is never left: "
                                  "remove its promote_at / after.")
         return self
+
+    def _check_applies(self) -> None:
+        """A setting the chosen algorithm ignores, changed from its default, is an error, not
+        a silent no-op (defaults pass, so a fully resolved config.yaml loads again)."""
+        fields = type(self).model_fields
+        changed = {k for k in self.model_fields_set if getattr(self, k) != fields[k].default}
+        ppo_only = sorted(changed & {"value_coef", "gamma", "lam", "critic"})
+        group_only = sorted(changed & {"baseline", "credit"})
+        if self.algorithm != "ppo" and ppo_only:
+            raise ValueError(f"{', '.join(ppo_only)} only apply to algorithm: ppo (its critic "
+                             f"and GAE); {self.algorithm} ignores them. Remove them or set "
+                             "algorithm: ppo.")
+        if self.algorithm == "ppo" and group_only:
+            raise ValueError(f"{', '.join(group_only)} only apply to algorithms magrpo and "
+                             "grpo (group baselines and counterfactual credit); ppo's critic "
+                             "assigns credit. Remove them or choose magrpo or grpo.")
+        if self.demo_episodes and not self.sft_coef:
+            raise ValueError(f"demo_episodes={self.demo_episodes} adds oracle-played "
+                             "demonstrations to the SFT term, which sft_coef=0 switches off; "
+                             "set sft_coef > 0 or drop demo_episodes.")
+        if self.warmup_source == "none" and changed & {"warmup_steps", "warmup_episodes"}:
+            raise ValueError("warmup_steps / warmup_episodes have no effect with "
+                             "warmup_source: none; remove them or choose a warm-up source.")
 
     @property
     def uses_oracle(self) -> bool:

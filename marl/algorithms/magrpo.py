@@ -18,10 +18,18 @@ from __future__ import annotations
 import torch
 
 from marl import seeds
-from marl.algorithms.common import Trainable, oracle_episodes, samples_for, trainables, update
+from marl.algorithms.common import (
+    Trainable,
+    oracle_episodes,
+    rollout_cost,
+    samples_for,
+    trainables,
+    update,
+)
 from marl.algorithms.config import TrainConfig
 from marl.credit import agent_credit
 from marl.kernels import group_advantages, group_key
+from marl.ledger import LedgerRow
 from marl.rollout import EpisodeBatch
 from marl.seeds import derive_seed
 from marl.team import Team
@@ -40,6 +48,7 @@ class MAGRPO:
         self.team, self.policies, self.cfg = team, policies, cfg
         self.trainables: list[Trainable] = trainables(team, policies, cfg)
         self.sft_coef = cfg.sft_coef
+        self.replays: list[LedgerRow] = []  # counterfactual rollouts of the current update
 
     def scores(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
         """``(B, N)``: the team score for every agent, or its counterfactual credit."""
@@ -47,8 +56,10 @@ class MAGRPO:
         if self.cfg.credit == "team":
             return batch.score[:, None].expand(-1, n)
         episodes = len(batch.records) // self.cfg.group_size
-        return agent_credit(self.cfg.credit, self.team, self.policies, batch.score,
-                            episodes, self.cfg.group_size, seed)
+        credit, rows = agent_credit(self.cfg.credit, self.team, self.policies, batch.score,
+                                    episodes, self.cfg.group_size, seed)
+        self.replays += rows
+        return credit
 
     def penalties(self, batch: EpisodeBatch) -> torch.Tensor:
         """``(B, N)``: the team's token penalty, shared equally when credit is per agent."""
@@ -69,10 +80,12 @@ class MAGRPO:
         return per_agent_advantages(ret, batch.group_ids, self.cfg.baseline)
 
     def update(self, batch: EpisodeBatch, seed: int) -> dict[str, float]:
+        self.replays = []
         adv = self.advantages(batch, seed)
-        stats: dict[str, float] = {}
+        stats: dict[str, float] = rollout_cost("counterfactual", self.replays)
         oracle = (oracle_episodes(self.team, self.policies, self.cfg.demo_episodes, seed)
                   if self.cfg.demo_episodes and self.sft_coef > 0 else None)
+        stats.update(rollout_cost("demo", oracle.rows if oracle is not None else []))
         for j, t in enumerate(self.trainables):
             s = samples_for(t, self.team, batch, adv, self.sft_coef > 0, oracle)
             order = derive_seed(seed, seeds.SHUFFLE, j)

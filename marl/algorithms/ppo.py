@@ -54,6 +54,7 @@ from marl.algorithms.common import (
     Trainable,
     optimizer_step,
     oracle_episodes,
+    rollout_cost,
     samples_for,
     trainables,
     update,
@@ -257,6 +258,7 @@ class PPO:
         stats: dict[str, float] = {}
         oracle = (oracle_episodes(self.team, self.policies, self.cfg.demo_episodes, seed)
                   if self.cfg.demo_episodes and self.sft_coef > 0 else None)
+        stats.update(rollout_cost("demo", oracle.rows if oracle is not None else []))
         for j, t in enumerate(self.trainables):
             s = samples_for(t, self.team, batch, adv, self.sft_coef > 0, oracle)
             order = derive_seed(seed, seeds.SHUFFLE, j)

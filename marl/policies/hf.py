@@ -17,16 +17,14 @@ import copy
 import importlib
 import inspect
 import json
-import shutil
-import tempfile
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from marl.errors import MarlError
+from marl.io import atomic_dir
 from marl.policies.fast_llama import LlamaTwin, twin_config
 from marl.policies.tiny import TinyCausalLM
 
@@ -234,7 +232,7 @@ def save_hf(model: HFCausalLM, tokenizer: HFTokenizer, path: str | Path, *,
         net.save_pretrained(tmp)
         tokenizer.tokenizer.save_pretrained(tmp)
 
-    return _replace_dir(Path(path), write)
+    return atomic_dir(Path(path), write)
 
 
 def _attach_lora(model: torch.nn.Module, adapter: Path | None,
@@ -288,22 +286,3 @@ def _check_checkpoint(path: Path, what: str = "HF checkpoint") -> bool:
     found = ", ".join(sorted(p.name for p in path.iterdir())[:10]) or "nothing"
     raise MarlError(f"{what} directory {path} has no config.json (found: {found}); it is not "
                     "a Hugging Face model directory (save_pretrained writes one)")
-
-
-def _replace_dir(path: Path, write: Callable[[Path], None]) -> Path:
-    """Run ``write(tmp)`` on a fresh directory beside ``path``, then swap it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    old = tmp.with_suffix(".old")
-    try:
-        write(tmp)
-        if path.exists():
-            path.rename(old)
-        tmp.rename(path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old.exists() and not path.exists():
-            old.rename(path)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-    return path

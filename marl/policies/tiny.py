@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from marl.errors import MarlError
+from marl.io import atomic_dir
 from marl.policies.tiny_config import TinyConfig
 
 
@@ -164,25 +162,13 @@ def save_tiny(model: TinyLM, path: str | Path) -> Path:
     """Write ``config.json`` and ``model.safetensors`` into ``path`` atomically."""
     from safetensors.torch import save_file
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    def write(tmp: Path) -> None:
         (tmp / "config.json").write_text(json.dumps({"backend": "tiny", **asdict(model.cfg)},
                                                     indent=2))
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, tmp / "model.safetensors")
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path
+
+    return atomic_dir(path, write)
 
 
 def load_tiny(path: str | Path) -> TinyLM:

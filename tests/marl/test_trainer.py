@@ -282,3 +282,73 @@ def test_bad_curricula_are_rejected_with_the_stage_named(curriculum, message, tm
     assert message in str(err.value)
     if "fact_lenght" in message:
         assert "curriculum[0]" in str(err.value)
+
+
+def flipped(monkeypatch):
+    """Negate every advantage MAGRPO computes (the sign-flip control)."""
+    from marl.algorithms.magrpo import MAGRPO
+
+    real = MAGRPO.advantages
+    monkeypatch.setattr(MAGRPO, "advantages", lambda self, batch, seed: -real(self, batch, seed))
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_path,
+                                                                       monkeypatch, flip):
+    """The toy's answer '7' is one of ten digits the warm-up teaches to write uniformly:
+    only the RL term can raise success above 1/10, and with the advantage's sign flipped
+    it must not."""
+    if flip:
+        flipped(monkeypatch)
+    cfg = small(iterations=30, lr=3e-3, warmup_steps=20, warmup_episodes=16, eval_every=30,
+                eval_episodes=200)
+    trainer = Trainer(toy, cfg, tmp_path)
+    trainer.train()
+    warm = trainer.rows[19]
+    assert warm["warmup_step"] == 20 and warm["format_valid_rate"]["a"] > 0.95
+    assert abs(warm["success_rate"] - 0.1) < 0.07  # at chance after the warm-up
+    last = np.mean([r["success_rate"] for r in trainer.rows[-5:]])
+    assert (last > 0.6) if not flip else (last < 0.1)
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (["algorithm=ppo", "credit=shapley"], "credit only apply to algorithms magrpo and grpo"),
+    (["algorithm=ppo", "baseline=loo"], "baseline only apply to algorithms magrpo"),
+    (["gamma=0.9"], "gamma only apply to algorithm: ppo"),
+    (["critic=central", "lam=0.9"], "critic, lam only apply to algorithm: ppo"),
+    (["demo_episodes=4"], "sft_coef=0 switches off"),
+    (["warmup_source=none", "warmup_steps=10"], "no effect with warmup_source: none"),
+])
+def test_settings_the_algorithm_ignores_are_rejected(sets, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, sets)
+
+
+def test_a_resolved_config_loads_again(tmp_path):
+    for name in ("magrpo", "grpo", "ppo"):
+        cfg = load_config(ROOT / "configs" / "algorithm" / f"{name}.yaml")
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(cfg.model_dump()))
+        assert load_config(path) == cfg
+
+
+def test_rollouts_made_inside_an_update_are_counted(tmp_path):
+    from marl import seeds
+    from marl.algorithms.common import oracle_episodes
+    from marl.credit import agent_credit
+    from marl.ledger import Ledger
+
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    cfg = TrainConfig(warmup_steps=0, iterations=1, episodes_per_iter=2, group_size=2,
+                      credit="difference", sft_coef=1.0, demo_episodes=3, eval_every=1,
+                      eval_episodes=2)
+    row = Trainer(team, cfg, tmp_path / "run").step()
+    fresh = Trainer(team, cfg, tmp_path / "again")  # the same weights the update started from
+    seed = seeds.derive_seed(cfg.seed, seeds.TRAIN, 0)
+    full = torch.zeros(4)
+    _, replays = agent_credit("difference", team, fresh.policies, full, 2, 2, seed)
+    demos = oracle_episodes(team, fresh.policies, 3, seed)
+    assert row["counterfactual_tokens"] == Ledger(replays).total().total > 0
+    assert row["counterfactual_cost_usd"] == pytest.approx(float(Ledger(replays).cost()))
+    assert row["demo_tokens"] == Ledger(demos.rows).total().total > 0
+    assert row["demo_cost_usd"] == pytest.approx(float(Ledger(demos.rows).cost()))

@@ -140,8 +140,11 @@ def test_zero_critic_gives_the_reward_as_return_at_every_token_and_normalised_ad
 
 
 def test_state_dict_round_trip_gives_identical_next_updates():
+    # kl_coef 0: the KL reference is not learner state (the trainer restores it from the
+    # end of the warm-up, tested by its kill-and-resume tests)
     team, policies, first, batch = setup(SIGNAL, critic="central", epochs=2, minibatches=2,
-                                         sft_coef=0.5, sft_decay=0.9, entropy_coef=0.01)
+                                         sft_coef=0.5, sft_decay=0.9, entropy_coef=0.01,
+                                         kl_coef=0.0)
     first.update(batch, seed=1)
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)  # as the trainer's state.pt
@@ -183,7 +186,7 @@ def test_central_critic_needs_one_tokenizer():
 
 
 def test_value_head_learns_a_constant_reward():
-    _, _, learner, batch = setup(SIGNAL, episodes=8, lr=1e-3, epochs=2)
+    _, _, learner, batch = setup(SIGNAL, episodes=8, lr=1e-3, epochs=2, minibatches=8)
     batch = dataclasses.replace(batch, score=torch.full_like(batch.score, 0.7))
     error = [float((v - 0.7).abs().mean()) for v in valid_values(learner, batch)]
     for i in range(10):
@@ -194,7 +197,7 @@ def test_value_head_learns_a_constant_reward():
 
 def test_ppo_raises_the_probability_of_rewarded_first_letters():
     """Reward the episodes whose speaker message starts with a lowercase letter."""
-    team, policies, learner, _ = setup(SIGNAL, epochs=2)
+    team, policies, learner, _ = setup(SIGNAL, epochs=2, minibatches=8)
     speaker = policies["speaker"]
     lower = torch.tensor(speaker.tokenizer.encode(string.ascii_lowercase))
     probe = collect(team, policies, 8, 1, seed=123)
