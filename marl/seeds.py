@@ -30,6 +30,9 @@ DEMO = 7
 WARMUP = 8
 #: Minibatch order of policy ``j``'s update: ``(batch_seed, SHUFFLE, j)``.
 SHUFFLE = 9
+#: The warm-up's habits: the message an agent learns for an observation,
+#: ``(run_seed, HABITS, crc32(agent), crc32(observation))``.
+HABITS = 10
 
 
 def derive_seed(seed: int, *path: int) -> int:

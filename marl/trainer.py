@@ -44,7 +44,7 @@ from marl import seeds
 from marl.algorithms import learner_class
 from marl.algorithms.common import begin_rl
 from marl.algorithms.config import TrainConfig
-from marl.algorithms.warmup import warmup_step
+from marl.algorithms.warmup import Habits, warmup_step
 from marl.curriculum import stage_name, stage_teams
 from marl.errors import MarlError
 from marl.io import (
@@ -72,6 +72,7 @@ class Trainer:
             raise MarlError(f"{team.name} has no trainable policy: give at least one policy "
                             "a model backend (tiny or hf) in the scenario.")
         self.warmed = 0  # warm-up steps done
+        self.habits = Habits(cfg.seed)
         self.iteration = 0  # RL iterations done
         self.stage, self.stage_start = 0, 0
         self.bad_iterations = 0
@@ -107,6 +108,7 @@ class Trainer:
             for t in self.learner.trainables:
                 t.policy.save(tmp / t.name)
             torch.save({"iteration": self.iteration, "warmed": self.warmed,
+                        "habits": self.habits.table,
                         "stage": self.stage, "stage_start": self.stage_start,
                         "learner": self.learner.state_dict(), "best": self.best,
                         "wall": self._now()}, tmp / "state.pt")
@@ -159,6 +161,7 @@ class Trainer:
         self.iteration, self.warmed, self.best, self.wall = (
             state["iteration"], state["warmed"], state["best"], state["wall"])
         self.stage, self.stage_start = state["stage"], state["stage_start"]
+        self.habits = Habits(self.cfg.seed, state["habits"])
         self.learner.team = self.team
         if self.phase == "rl":
             reference = self.out / "checkpoints" / "warmup"
@@ -236,7 +239,8 @@ class Trainer:
 
     def _warmup_step(self) -> dict[str, Any]:
         cfg = self.cfg
-        stats, _ = warmup_step(self.learner.trainables, self.teams, cfg, self.warmed)
+        stats, _ = warmup_step(self.learner.trainables, self.teams, cfg, self.warmed,
+                               self.habits)
         self.warmed += 1
         played = (self.warmed - 1) % len(self.teams)
         row = {"phase": "warmup", "step": self.step_count, "iteration": 0,

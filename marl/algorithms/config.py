@@ -77,6 +77,16 @@ class TrainConfig(BaseModel):
         "the task's random policy (random: the form of every message and answer, nothing "
         "about meaning), of its oracle (oracle: imitation, labels the run uses_oracle), or "
         "none.")
+    warmup_prior: Literal["habits", "uniform"] = Field(
+        "habits", description="random warm-up: habits (each agent learns, for every "
+        "observation, one random message of the task's format, drawn with a seed of the run, "
+        "the agent and the observation: arbitrary habits in how it talks, shared with no "
+        "teammate; answers stay uniform) or uniform (a fresh random message every time: "
+        "messages independent of what the agent read).")
+    habit_strength: float = Field(
+        0.75, gt=0, le=1, description="habits: the share of an agent's warm-up targets that "
+        "are its habit (the rest are fresh random messages), so a habit is a strong "
+        "preference, not a certainty, and can still be unlearnt.")
     warmup_steps: int = Field(60, ge=0, description="Optimizer steps of the warm-up.")
     warmup_episodes: int = Field(32, ge=1, description="Episodes the warm-up source plays "
                                  "per step (every call of a trainable agent is a target).")
@@ -143,9 +153,18 @@ class TrainConfig(BaseModel):
             raise ValueError(f"demo_episodes={self.demo_episodes} adds oracle-played "
                              "demonstrations to the SFT term, which sft_coef=0 switches off; "
                              "set sft_coef > 0 or drop demo_episodes.")
-        if self.warmup_source == "none" and changed & {"warmup_steps", "warmup_episodes"}:
-            raise ValueError("warmup_steps / warmup_episodes have no effect with "
-                             "warmup_source: none; remove them or choose a warm-up source.")
+        warm = changed & {"warmup_steps", "warmup_episodes", "warmup_prior", "habit_strength"}
+        if self.warmup_source == "none" and warm:
+            raise ValueError(f"{', '.join(sorted(warm))} have no effect with warmup_source: "
+                             "none; remove them or choose a warm-up source.")
+        shaping = changed & {"warmup_prior", "habit_strength"}
+        if self.warmup_source == "oracle" and shaping:
+            raise ValueError(f"{', '.join(sorted(shaping))} shape the random policy's "
+                             "messages; the oracle warm-up imitates the oracle. Remove them "
+                             "or use warmup_source: random.")
+        if self.warmup_prior == "uniform" and "habit_strength" in changed:
+            raise ValueError("habit_strength applies to warmup_prior: habits; remove it or "
+                             "set warmup_prior: habits.")
 
     @property
     def uses_oracle(self) -> bool:

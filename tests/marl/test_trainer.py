@@ -215,11 +215,15 @@ def test_cli_train_config_error_has_no_traceback(tmp_path):
     assert res.exit_code == 2 and "epochz" in res.output and "Traceback" not in res.output
 
 
-def test_random_warmup_teaches_the_format_and_nothing_else(tmp_path):
+@pytest.mark.parametrize("prior", ["habits", "uniform"])
+def test_random_warmup_teaches_the_format_and_nothing_else(tmp_path, prior):
     """After the warm-up on the random policy's messages the team writes well-formed
-    messages and answers and is still at chance: it has learnt form, not meaning."""
+    messages and answers and is still at chance: it has learnt form, not meaning. With
+    habits the speaker's message depends on what it sees (one arbitrary letter per object);
+    with a uniform prior it does not."""
     team = load_team(ROOT / "scenarios" / "signal.yaml")
-    cfg = TrainConfig(warmup_steps=60, eval_every=60, eval_episodes=256, iterations=1)
+    cfg = TrainConfig(warmup_steps=60, eval_every=60, eval_episodes=256, iterations=1,
+                      warmup_prior=prior)
     trainer = Trainer(team, cfg, tmp_path)
     while trainer.phase == "warmup":
         row = trainer.step()
@@ -231,6 +235,11 @@ def test_random_warmup_teaches_the_format_and_nothing_else(tmp_path):
     assert row["oracle_agreement"]["speaker"] < 0.15  # 1/26 by chance
     assert (tmp_path / "checkpoints" / "warmup" / "speaker").is_dir()
     assert not list((tmp_path / "checkpoints").glob("warmup_*"))
+    episodes = [json.loads(x) for x in (tmp_path / "episodes" / "eval_warmup_000060.jsonl")
+                .read_text().splitlines()]
+    codes = {e["instance"]["target"]: e["transcript"][0]["message"] for e in episodes}
+    distinct = len(set(codes.values()))
+    assert distinct >= 3 if prior == "habits" else distinct == 1
 
 
 def test_kill_and_resume_inside_the_warmup(toy, tmp_path):
@@ -318,6 +327,8 @@ def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_
     (["critic=central", "lam=0.9"], "critic, lam only apply to algorithm: ppo"),
     (["demo_episodes=4"], "sft_coef=0 switches off"),
     (["warmup_source=none", "warmup_steps=10"], "no effect with warmup_source: none"),
+    (["warmup_source=oracle", "warmup_prior=uniform"], "the oracle warm-up imitates"),
+    (["warmup_prior=uniform", "habit_strength=0.5"], "applies to warmup_prior: habits"),
 ])
 def test_settings_the_algorithm_ignores_are_rejected(sets, message):
     with pytest.raises(ConfigError, match=message):
@@ -352,3 +363,27 @@ def test_rollouts_made_inside_an_update_are_counted(tmp_path):
     assert row["counterfactual_cost_usd"] == pytest.approx(float(Ledger(replays).cost()))
     assert row["demo_tokens"] == Ledger(demos.rows).total().total > 0
     assert row["demo_cost_usd"] == pytest.approx(float(Ledger(demos.rows).cost()))
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_signal_from_reward_alone_leaves_chance_and_the_flipped_sign_does_not(
+        tmp_path, monkeypatch, flip):
+    """The main job's defaults (warm-up with habits, then MAGRPO with no oracle term) on a
+    fixed seed: the listener learns to read the speaker's messages from the team reward,
+    far above chance (1/4); with the advantage's sign flipped it does not."""
+    if flip:
+        flipped(monkeypatch)
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    cfg = TrainConfig(seed=2, iterations=150, eval_every=50, eval_episodes=64)
+    trainer = Trainer(team, cfg, tmp_path)
+    trainer.train()
+    evals = [r["eval_success_rate"] for r in trainer.rows
+             if r["phase"] == "rl" and "eval_success_rate" in r]
+    warm = next(r for r in trainer.rows if r["phase"] == "warmup" and "eval_success_rate" in r
+                and r["warmup_step"] == 60)
+    assert warm["eval_success_rate"] < 0.4  # at chance when RL starts
+    if flip:
+        assert max(evals) < 0.4
+    else:
+        assert evals[-1] >= 0.7
+        assert trainer.rows[-1]["oracle_agreement"]["speaker"] < 0.3  # not the oracle's code

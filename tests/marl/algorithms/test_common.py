@@ -92,3 +92,23 @@ def test_oracle_episodes_are_seeded():
     policies = build_policies(team, seed=0)
     a, b, c = (oracle_episodes(team, policies, 4, seed=s) for s in (1, 1, 2))
     assert a.observations == b.observations != c.observations
+
+
+def test_habits_are_seeded_distinct_per_agent_and_stable():
+    from marl.algorithms.warmup import Habits
+
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    habits = Habits(seed=3)
+    observations = [f"you are speaker (speaker). object: {i}\n" for i in range(4)]
+    codes = [habits.message(team, "speaker", o) for o in observations]
+    assert len(set(codes)) == 4  # four objects, four different habits
+    assert all(team.task.valid_message("speaker", c, False) for c in codes)
+    assert codes == [habits.message(team, "speaker", o) for o in observations]  # stable
+    again = Habits(seed=3)
+    assert codes == [again.message(team, "speaker", o) for o in observations]  # seeded
+    other = Habits(seed=4)
+    assert codes != [other.message(team, "speaker", o) for o in observations]
+    # a format with room for only two messages: the third habit must repeat one
+    small = Habits(seed=0)
+    team.task.random_message = lambda agent, final, rng: "ab"[int(rng.integers(2))]
+    assert len({small.message(team, "speaker", o) for o in observations}) == 2
