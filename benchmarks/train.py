@@ -58,11 +58,20 @@ def train(scenario: str | dict, out: Path, **overrides) -> tuple[Trainer, dict]:
     if cfg.uses_oracle:
         print("  (this run uses the task oracle's demonstrations: imitation, not discovery)")
     trainer = Trainer(team, cfg, out)
-    summary = trainer.train(progress=lambda r: print(
-        f"  iter {r['iteration']:4d} {r['wall_s']:7.1f}s success {r['success_rate']:.3f} "
-        f"eval {r.get('eval_success_rate', float('nan')):.3f} tokens/ep "
-        f"{r['tokens_per_episode']:.0f}", flush=True) if "eval_success_rate" in r else None)
+    summary = trainer.train(progress=progress)
     return trainer, summary
+
+
+def progress(r: dict) -> None:
+    """Print evaluation rows (the warm-up's last one included)."""
+    if "eval_success_rate" not in r:
+        return
+    where = (f"warm-up {r['warmup_step']:4d}" if r["phase"] == "warmup"
+             else f"iter {r['iteration']:4d}" + (f" [{r['stage']}]" if r["stage"] else ""))
+    held = r.get("eval_holdout_success_rate")
+    print(f"  {where} {r['wall_s']:7.1f}s success {r['success_rate']:.3f} eval "
+          f"{r['eval_success_rate']:.3f}" + (f" held-out {held:.3f}" if held is not None
+                                             else ""), flush=True)
 
 
 def time_to(trainer: Trainer, target: float) -> float | None:
@@ -83,8 +92,9 @@ def target_run(scenario: str | dict, target: float, budget: float, out: Path,
     label = " [uses the oracle]" if trainer.cfg.uses_oracle else ""
     rows = [r for r in trainer.rows if "eval_success_rate" in r and r["phase"] == "rl"]
     held = [r["eval_holdout_success_rate"] for r in rows if "eval_holdout_success_rate" in r]
-    print(f"{name}{label}: best eval success {best['eval_success_rate']:.3f} at iteration "
-          f"{best['iteration']}; target {target} "
+    found = (f"best eval success {best['eval_success_rate']:.3f} at iteration "
+             f"{best['iteration']}" if best["iteration"] is not None else "no evaluation")
+    print(f"{name}{label}: {found}; target {target} "
           + (f"reached after {reached:.0f} s" if reached is not None else
              f"not reached within {budget:.0f} s")
           + (f"; best held-out success {max(held):.3f}" if held else "")
