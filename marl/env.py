@@ -35,7 +35,7 @@ from pettingzoo import ParallelEnv
 
 from marl import prompts
 from marl.costing import predict_team
-from marl.ledger import LedgerRow, make_row
+from marl.ledger import LedgerRow, make_row, token_penalty
 from marl.scenario import Scenario
 from marl.team import Team, load_team
 from marl.tokenizer import CHARSET, CharTokenizer, Tokenizer, common_prefix
@@ -232,7 +232,7 @@ class TeamEnv(ParallelEnv):
         answer = self.team.task.team_answer(answers)
         score = self.team.task.score(self.instance, answer)
         tokens = sum(r.prompt_tokens + r.completion_tokens for r in self.rows)
-        penalty = float(self.team.penalty_per_1k * Decimal(tokens) / 1000)
+        penalty = token_penalty(tokens, self.team.penalty_per_1k)
         cost = sum((r.cost_usd for r in self.rows), Decimal(0))
         self.result = {"answer": answer, "answers": answers, "target": self.instance.answer,
                        "score": score, "success": score >= 1.0, "token_penalty": penalty,

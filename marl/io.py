@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from marl.errors import MarlError
+
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to a temporary file beside ``path``, fsync it, then rename it over."""
@@ -45,7 +47,7 @@ def atomic_write_jsonl(path: str | Path, rows: Iterable[Any]) -> Path:
 def append_jsonl(path: str | Path, row: Any) -> None:
     """Append one JSON line with a single ``write`` on an ``O_APPEND`` descriptor, then
     fsync: the line lands whole or (if the machine dies mid-write) as a cut-off last line,
-    which :func:`marl.trainer.read_jsonl` drops."""
+    which :func:`read_jsonl` drops."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = (json.dumps(row) + "\n").encode()
@@ -80,3 +82,21 @@ def atomic_dir(path: str | Path, write: Callable[[Path], None]) -> Path:
         raise
     shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines file; a last line cut short by a kill is dropped."""
+    if not path.exists():
+        return []
+    rows = []
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise MarlError(f"{path}:{i + 1} is not valid JSON; the file is corrupt "
+                                "beyond its last line.") from None
+    return rows

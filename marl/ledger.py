@@ -127,3 +127,14 @@ class Ledger:
             flat["completion"][at] += r.completion_tokens
         shape = (len(episodes), rounds, len(agents))
         return {k: torch.tensor(v, dtype=torch.int64).view(shape) for k, v in flat.items()}
+
+
+def token_penalty(tokens: int, penalty_per_1k: Decimal) -> float:
+    """The reward an episode loses for its tokens: ``penalty_per_1k · tokens / 1000``, with
+    tokens its prompt plus completion tokens (the scalar twin of
+    :func:`marl.kernels.token_costs`).
+
+    >>> token_penalty(2500, Decimal("0.4"))
+    1.0
+    """
+    return float(penalty_per_1k * Decimal(tokens) / 1000)

@@ -28,7 +28,6 @@ on CPU the resumed metrics equal an uninterrupted run's.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -53,6 +52,7 @@ from marl.io import (
     atomic_write_json,
     atomic_write_jsonl,
     atomic_write_text,
+    read_jsonl,
 )
 from marl.ledger import Ledger
 from marl.rollout import EpisodeBatch, collect
@@ -131,6 +131,7 @@ class Trainer:
         """The warm-up's last step: keep its model as ``checkpoints/warmup`` (the format-only
         team, and the reference of the KL term), drop the intermediate ones, start RL."""
         begin_rl(self.learner.trainables, self.cfg)
+        self.habits = Habits(self.cfg.seed)  # learnt; RL never needs the table again
         self._save("warmup")
         for stale in (self.out / "checkpoints").glob("warmup_*"):
             shutil.rmtree(stale)
@@ -382,24 +383,6 @@ class Trainer:
         if self._wandb is not None:
             self._wandb.finish()
         return summary
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSON-lines file; a last line cut short by a kill is dropped."""
-    if not path.exists():
-        return []
-    rows = []
-    lines = path.read_text().splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i < len(lines) - 1:
-                raise MarlError(f"{path}:{i + 1} is not valid JSON; the file is corrupt "
-                                "beyond its last line.") from None
-    return rows
 
 
 def _wandb_run(cfg: TrainConfig, out: Path, team: Team):

@@ -38,7 +38,7 @@ class TrainConfig(BaseModel):
     algorithm: Literal["magrpo", "grpo", "ppo"] = Field(
         "magrpo", description="magrpo: joint groups, shared team return; grpo: independent "
                               "per-agent groups and returns; ppo: value head and GAE.")
-    iterations: int = Field(800, ge=1, description="RL iterations (after the warm-up).")
+    iterations: int = Field(1200, ge=1, description="RL iterations (after the warm-up).")
     time_budget_s: float | None = Field(None, gt=0, description="Stop after this many "
                                                                   "seconds of training.")
     target_success: float | None = Field(

@@ -13,14 +13,17 @@ from __future__ import annotations
 import torch
 
 from marl.algorithms.magrpo import MAGRPO, per_agent_advantages
+from marl.kernels import token_costs
 from marl.rollout import EpisodeBatch
 
 
 class GRPO(MAGRPO):
     def penalties(self, batch: EpisodeBatch) -> torch.Tensor:
         """``(B, N)``: the penalty for each agent's own prompt and completion tokens."""
-        own_tokens = (batch.ledger["prompt"] + batch.ledger["completion"]).sum(1)  # (B, N)
-        return float(self.team.penalty_per_1k) * own_tokens.float() / 1000
+        ledger = batch.ledger
+        costs = token_costs(ledger["prompt"], ledger["cached"], ledger["completion"],
+                            (0.0, 0.0, 0.0), float(self.team.penalty_per_1k))
+        return costs.agent_penalty.float()
 
     def advantages(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
         return per_agent_advantages(self.returns(batch, seed), batch.group_ids,

@@ -6,7 +6,9 @@ prices per *single* token in USD as in LiteLLM's table (``input_cost_per_token``
 
 This is the batched float form used inside training (float64 by default: exact to the cent for
 any realistic ledger, since token totals below 2^53 are exact and each product is rounded once).
-The exact ``Decimal`` ledger that bills a run lives at the environment boundary, not here.
+The exact ``Decimal`` ledger that bills a run lives at the environment boundary
+(:mod:`marl.ledger`), and so does the scalar twin of the reward,
+:func:`marl.ledger.token_penalty`; tests hold the two forms equal on played batches.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ class TokenCosts(NamedTuple):
     """``[E]`` prompt + completion tokens of each episode (what the penalty counts)."""
     reward: Tensor | None
     """``[E]`` ``score − penalty_per_1k · tokens / 1000``, or None without a score."""
+    agent_penalty: Tensor
+    """``[E, N]`` ``penalty_per_1k · tokens / 1000`` of each agent's own tokens (GRPO's
+    per-agent cost); summed over agents it is the episode's penalty."""
 
 
 def _check_tokens(prompt: Tensor, cached: Tensor, completion: Tensor) -> None:
@@ -104,4 +109,5 @@ def token_costs(
         if score.shape != tokens.shape:
             raise ValueError(f"score must be [E={tokens.shape[0]}]; got {tuple(score.shape)}")
         reward = score.to(dtype) - penalty_per_1k * tokens / 1000
-    return TokenCosts(per_agent, per_agent.sum(1), tokens, reward)
+    return TokenCosts(per_agent, per_agent.sum(1), tokens, reward,
+                      penalty_per_1k * (pt + ot) / 1000)

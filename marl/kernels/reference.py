@@ -162,6 +162,7 @@ def token_costs_ref(prompt, cached, completion, prices, penalty_per_1k=0.0, scor
     e_n, r_n, a_n = prompt.shape
     price = torch.as_tensor(prices, dtype=torch.float64).expand(a_n, 3).tolist()
     per_agent, tokens = [[0.0] * a_n for _ in range(e_n)], [0.0] * e_n
+    own = [[0.0] * a_n for _ in range(e_n)]
     for e in range(e_n):
         for r in range(r_n):
             for n in range(a_n):
@@ -170,6 +171,7 @@ def token_costs_ref(prompt, cached, completion, prices, penalty_per_1k=0.0, scor
                     fresh * price[n][0] + c[e][r][n] * price[n][1] + o[e][r][n] * price[n][2]
                 )
                 tokens[e] += p[e][r][n] + o[e][r][n]
+                own[e][n] += p[e][r][n] + o[e][r][n]
     per_episode = [sum(row) for row in per_agent]
     reward = None
     if score is not None:
@@ -181,6 +183,7 @@ def token_costs_ref(prompt, cached, completion, prices, penalty_per_1k=0.0, scor
         torch.tensor(per_episode, dtype=f64),
         torch.tensor(tokens, dtype=f64),
         None if reward is None else torch.tensor(reward, dtype=f64),
+        torch.tensor([[penalty_per_1k * t / 1000 for t in row] for row in own], dtype=f64),
     )
 
 

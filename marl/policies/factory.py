@@ -21,6 +21,11 @@ def sampling_of(spec: PolicySpec) -> Sampling:
                     max_new_tokens=spec.max_new_tokens, stop=tuple(spec.stop))
 
 
+def sampling_seed(spec: PolicySpec, seed: int) -> int:
+    """The policy's own ``seed`` when the scenario sets one (0 included), else the run's."""
+    return seed if spec.seed is None else spec.seed
+
+
 def build_tiny(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None) -> LMPolicy:
     """A tiny transformer: from ``checkpoint`` (or ``spec.path``) if given, else freshly
     initialised from ``spec.preset`` with ``seed``."""
@@ -34,7 +39,7 @@ def build_tiny(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None)
     if spec.dtype != "float32":
         model = model.to(getattr(torch, spec.dtype))
     lm = TinyCausalLM(model, _device(spec.device))
-    return LMPolicy(lm, CharTokenizer(), sampling_of(spec), seed=spec.seed or seed,
+    return LMPolicy(lm, CharTokenizer(), sampling_of(spec), seed=sampling_seed(spec, seed),
                     module=model, saver=lambda path: save_tiny(model, path))
 
 
@@ -47,7 +52,7 @@ def build_hf(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None) -
 
     lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, lora=spec.lora,
                       fast=spec.fast)
-    return LMPolicy(lm, tok, sampling_of(spec), seed=spec.seed or seed, module=lm.model,
+    return LMPolicy(lm, tok, sampling_of(spec), seed=sampling_seed(spec, seed), module=lm.model,
                     saver=lambda out: save_hf(lm, tok, out))
 
 

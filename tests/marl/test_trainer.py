@@ -387,3 +387,24 @@ def test_signal_from_reward_alone_leaves_chance_and_the_flipped_sign_does_not(
     else:
         assert evals[-1] >= 0.7
         assert trainer.rows[-1]["oracle_agreement"]["speaker"] < 0.3  # not the oracle's code
+
+
+def test_metrics_are_appended_and_a_cut_off_last_line_is_dropped(toy, tmp_path):
+    from marl.io import read_jsonl
+
+    trainer = Trainer(toy, small(iterations=4, checkpoint_every=2), tmp_path)
+    trainer.step()
+    path = tmp_path / "metrics.jsonl"
+    inode = path.stat().st_ino
+    trainer.step()
+    assert path.stat().st_ino == inode  # appended in place, not rewritten
+    with path.open("a") as f:
+        f.write('{"phase": "rl", "step": 3, "itera')  # a kill in the middle of a write
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2]
+    resumed = Trainer(toy, small(iterations=4, checkpoint_every=2), tmp_path, resume=True)
+    assert resumed.iteration == 2
+    assert path.read_text().count("\n") == 2 and path.read_text().endswith("}\n")
+    with path.open("a") as f:
+        f.write("not json\n{}\n")
+    with pytest.raises(MarlError, match="corrupt"):
+        read_jsonl(path)

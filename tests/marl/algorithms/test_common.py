@@ -112,3 +112,27 @@ def test_habits_are_seeded_distinct_per_agent_and_stable():
     small = Habits(seed=0)
     team.task.random_message = lambda agent, final, rng: "ab"[int(rng.integers(2))]
     assert len({small.message(team, "speaker", o) for o in observations}) == 2
+
+
+def test_the_minibatch_order_follows_the_seed_not_the_row_count():
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    results = []
+    for seed in (1, 2):
+        policies = build_policies(team, seed=0)
+        t = next(t for t in trainables(team, policies, TrainConfig()) if t.name == "speaker")
+        batch = collect(team, policies, 4, 2, seed=0)
+        adv = torch.linspace(-1, 1, len(batch.records))[:, None].expand(-1, 2)
+        s = samples_for(t, team, batch, adv, with_demos=False)
+        update(t, s, TrainConfig(minibatches=4), sft_coef=0.0, seed=seed)
+        results.append([p.detach().clone() for p in t.policy.parameters()])
+    assert any(not torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+
+def test_a_policy_seed_of_zero_is_used():
+    from marl.policies import build_policy
+
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    spec = team.scenario.policies["speaker"]
+    zero = build_policy(spec.model_copy(update={"seed": 0}), team.task, seed=5)
+    run = build_policy(spec, team.task, seed=5)
+    assert zero.generator.initial_seed() == 0 and run.generator.initial_seed() == 5

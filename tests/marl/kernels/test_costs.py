@@ -122,3 +122,35 @@ def test_shape_errors() -> None:
         token_costs(p, c, o[:, 0], (0, 0, 0))
     with pytest.raises(ValueError, match=r"score must be \[E=2\]"):
         token_costs(p, c, o, (0, 0, 0), score=torch.zeros(3))
+
+
+def test_the_kernel_and_the_environment_agree_on_penalties_and_bills() -> None:
+    """One definition of the token-penalised reward: the environment's exact scalar form
+    (what every agent is paid) and the batched kernel (what GRPO's per-agent penalties
+    come from) give the same numbers on a played batch, and the kernel's bill is the
+    ledger's."""
+    import yaml
+
+    from marl.ledger import Ledger
+    from marl.rollout import collect
+    from marl.runner import build_policies
+    from marl.team import load_team
+    from tests.marl.conftest import ROOT
+
+    data = yaml.safe_load((ROOT / "scenarios" / "gather_star.yaml").read_text())
+    data["costs"]["penalty_per_1k"] = 0.7
+    team = load_team(data)
+    batch = collect(team, build_policies(team, "random"), 6, 2, seed=3)
+    led = batch.ledger
+    price = team.prices[team.ids[0]]
+    prices = (float(price.input), float(price.cache_read), float(price.output))
+    out = token_costs(led["prompt"], led["cached"], led["completion"], prices, 0.7,
+                      batch.score)
+    # the batch holds float32 copies of the environment's numbers
+    torch.testing.assert_close(out.reward, batch.reward.double(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(out.agent_penalty.sum(1), batch.token_penalty.double(),
+                               rtol=0, atol=1e-6)
+    exact = [r["reward"] for r in batch.records]
+    torch.testing.assert_close(out.reward, torch.tensor(exact, dtype=torch.float64),
+                               rtol=0, atol=1e-12)
+    assert abs(float(out.per_episode.sum()) - float(Ledger(batch.rows).cost())) < 1e-12
