@@ -1,6 +1,6 @@
 """Rollout throughput: our batched engine vs transformers' ``generate``, and where time goes.
 
-    python benchmarks/rollout.py [--batch 256] [--new-tokens 32] [--episodes 256]
+    python benchmarks/rollout.py [--batch 256] [--new-tokens 32] [--episodes 256] [--group 8]
 
 In one process, on the same batch of prompts (observations of a shipped scenario):
 1. generated tokens/s of the engine's sampling loop on a tiny HF Llama (the ``tiny``
@@ -10,6 +10,9 @@ In one process, on the same batch of prompts (observations of a shipped scenario
    forward (prefill + decode) against the whole rollout wall time: the rest is env,
    routing, ledger, tokenising and padding.
 Every generation runs the full ``--new-tokens`` (no stop) so that token counts match.
+With ``--group G`` each distinct observation appears G times in a batch, as the G rollouts
+of a task instance do in training (the engine prefills each distinct prompt once; HF
+``generate`` prefills every row).
 """
 
 from __future__ import annotations
@@ -46,12 +49,15 @@ class Recorder(ScriptedPolicy):
         return super().generate(requests, greedy)
 
 
-def batch_prompts(scenario: str, n: int) -> list[list[int]]:
-    """The first ``n`` real observations of a scripted team playing ``scenario``."""
+def batch_prompts(scenario: str, n: int, group: int = 1) -> list[list[int]]:
+    """``n`` real observations of a scripted team playing ``scenario``: the first
+    ``ceil(n / group)`` of them, each repeated ``group`` times in a row."""
     team = load_team(ROOT / "scenarios" / scenario)
     oracle = Recorder(team.task)
-    collect(team, dict.fromkeys(team.ids, oracle), episodes=n, seed=0)
-    return [CharTokenizer().encode_prompt(o) for o in oracle.seen[:n]]
+    distinct = -(-n // group)
+    collect(team, dict.fromkeys(team.ids, oracle), episodes=distinct, seed=0)
+    seen = [CharTokenizer().encode_prompt(o) for o in oracle.seen[:distinct]]
+    return [p for p in seen for _ in range(group)][:n]
 
 
 def engine_tps(model, prompts, new_tokens: int, reps: int) -> float:
@@ -112,7 +118,7 @@ class Timed:
         return self.inner.logits(*args)
 
 
-def rollout_share(episodes: int) -> tuple[float, float, float]:
+def rollout_share(episodes: int, group: int) -> tuple[float, float, float]:
     team = load_team(ROOT / "scenarios" / "gather_star.yaml")
     torch.manual_seed(0)
     timed, made = [], {}
@@ -128,7 +134,8 @@ def rollout_share(episodes: int) -> tuple[float, float, float]:
     for t in timed:
         t.seconds = 0.0
     start = time.perf_counter()
-    batch = collect(team, policies, episodes=episodes, seed=0)
+    batch = collect(team, policies, episodes=max(1, episodes // group), group_size=group,
+                    seed=0)
     wall = time.perf_counter() - start
     forward = sum(t.seconds for t in timed)
     return wall, forward, int(batch.mask.sum()) / wall
@@ -140,6 +147,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--group", type=int, default=1,
+                        help="rows per distinct observation (8: MAGRPO's default group)")
     parser.add_argument(
         "--threads",
         type=int,
@@ -148,7 +157,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    all_prompts = batch_prompts("gather_star.yaml", max(args.batch))
+    all_prompts = batch_prompts("gather_star.yaml", max(args.batch), args.group)
     cfg = TinyConfig()
     with tempfile.TemporaryDirectory() as tmp:
         build_tiny_hf(
@@ -163,8 +172,9 @@ def main() -> None:
     tiny = TinyCausalLM(TinyLM(cfg).eval())
     mean_prompt = sum(map(len, all_prompts)) / len(all_prompts)
     print(
-        f"gather_star observations (mean {mean_prompt:.0f} tokens), {args.new_tokens} new "
-        f"tokens each, {torch.get_num_threads()} thread(s); tokens/s and ratio to "
+        f"gather_star observations (mean {mean_prompt:.0f} tokens, each repeated "
+        f"{args.group}x), {args.new_tokens} new tokens each, {torch.get_num_threads()} "
+        "thread(s); tokens/s and ratio to "
         "transformers' generate on the same HF model"
     )
     print(f"{'batch':>5} {'HF generate':>12} {'engine on HF model':>22} {'tiny backend':>18}")
@@ -177,9 +187,10 @@ def main() -> None:
             f"{size:5d} {hf_ref:12,.0f} {hf_ours:14,.0f} ({hf_ours / hf_ref:4.2f}x) "
             f"{tiny_ours:10,.0f} ({tiny_ours / hf_ref:4.2f}x)"
         )
-    wall, forward, tps = rollout_share(args.episodes)
+    wall, forward, tps = rollout_share(args.episodes, args.group)
     print(
-        f"collect({args.episodes} episodes of gather_star, tiny policies): {wall:.2f} s, "
+        f"collect({args.episodes} episodes of gather_star in groups of {args.group}, tiny "
+        f"policies): {wall:.2f} s, "
         f"{tps:,.0f} generated tokens/s; model forward {forward:.2f} s, outside the "
         f"forward {100 * (wall - forward) / wall:.1f}%"
     )

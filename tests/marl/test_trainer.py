@@ -408,3 +408,12 @@ def test_metrics_are_appended_and_a_cut_off_last_line_is_dropped(toy, tmp_path):
         f.write("not json\n{}\n")
     with pytest.raises(MarlError, match="corrupt"):
         read_jsonl(path)
+
+
+def test_kill_and_resume_inside_the_warmup_keeps_the_habits(tmp_path):
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    cfg = TrainConfig(iterations=2, warmup_steps=5, warmup_episodes=4, checkpoint_every=2,
+                      episodes_per_iter=2, group_size=2, eval_every=2, eval_episodes=4)
+    full, again = kill_and_resume(team, cfg, tmp_path, kill_at=0, resume_from=0,
+                                  kill_step=3, resume_step=2)
+    assert again == full and len(full) == 7
