@@ -8,8 +8,12 @@ In one process, on the same batch of prompts (observations of a shipped scenario
 2. the same for the built-in ``tiny`` backend vs ``model.generate`` on the HF twin;
 3. a full ``collect`` of ``--episodes`` episodes with tiny policies, timing the model
    forward (prefill + decode) against the whole rollout wall time: the rest is env,
-   routing, ledger, tokenising and padding.
-Every generation runs the full ``--new-tokens`` (no stop) so that token counts match.
+   routing, ledger, tokenising and padding;
+4. a full ``collect`` of a multi-round scenario (``--multi-round``, default relay_ring:
+   four rounds) with each agent's KV cache reused across its turns vs re-prefilled every
+   call: wall time and prompt positions the model ran, with their ratios (messages stop at
+   a newline, as in play; both runs produce the same rollout).
+Generations 1-3 run the full ``--new-tokens`` (no stop) so that token counts match.
 With ``--group G`` each distinct observation appears G times in a batch, as the G rollouts
 of a task instance do in training (the engine prefills each distinct prompt once; HF
 ``generate`` prefills every row).
@@ -114,6 +118,9 @@ class Timed:
     def expand(self, *args):
         return self._timed(self.inner.expand, *args)
 
+    def gather(self, *args):
+        return self._timed(self.inner.gather, *args)
+
     def logits(self, *args):
         return self.inner.logits(*args)
 
@@ -141,12 +148,34 @@ def rollout_share(episodes: int, group: int) -> tuple[float, float, float]:
     return wall, forward, int(batch.mask.sum()) / wall
 
 
+def reuse_gain(scenario: str, episodes: int, group: int, reuse: bool) -> tuple[float, int]:
+    """Wall time of ``collect`` on ``scenario`` with tiny policies, and the positions they
+    prefilled; with or without KV reuse across turns (same seed: the same rollout)."""
+    team = load_team(ROOT / "scenarios" / scenario)
+    torch.manual_seed(0)
+    made = {}
+    for name, spec in team.scenario.policies.items():
+        model = TinyLM(TinyConfig())
+        made[name] = LMPolicy(TinyCausalLM(model), CharTokenizer(),
+                              Sampling(max_new_tokens=spec.max_new_tokens), module=model,
+                              reuse_cache=reuse)
+    policies = {a.id: made[a.policy] for a in team.agents}
+    collect(team, policies, episodes=4, seed=1)  # warm-up
+    before = sum(p.prefill_tokens for p in made.values())
+    start = time.perf_counter()
+    collect(team, policies, episodes=max(1, episodes // group), group_size=group, seed=0)
+    wall = time.perf_counter() - start
+    return wall, sum(p.prefill_tokens for p in made.values()) - before
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[16, 64, 256])
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--multi-round", default="relay_ring.yaml",
+                        help="scenario of the KV-reuse comparison (several rounds)")
     parser.add_argument("--group", type=int, default=1,
                         help="rows per distinct observation (8: MAGRPO's default group)")
     parser.add_argument(
@@ -193,6 +222,14 @@ def main() -> None:
         f"policies): {wall:.2f} s, "
         f"{tps:,.0f} generated tokens/s; model forward {forward:.2f} s, outside the "
         f"forward {100 * (wall - forward) / wall:.1f}%"
+    )
+    (on, on_tokens), (off, off_tokens) = (
+        reuse_gain(args.multi_round, args.episodes, args.group, reuse) for reuse in (True, False))
+    print(
+        f"collect({args.episodes} episodes of {args.multi_round} in groups of {args.group}, "
+        f"tiny policies): KV reuse across turns {on:.2f} s, {on_tokens:,} positions "
+        f"prefilled; without {off:.2f} s, {off_tokens:,}; ratio {off / on:.2f}x time, "
+        f"{off_tokens / on_tokens:.2f}x fewer positions"
     )
 
 

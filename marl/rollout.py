@@ -13,7 +13,8 @@ mask; prompt (observation) tokens are kept separately and are never trainable.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,22 +122,35 @@ def collect(team: Team, policies: Mapping[str, Policy], episodes: int, group_siz
     infos = [s[1] for s in steps]
     calls: dict[tuple[int, str, int], Completion] = {}
     seen: dict[tuple[int, str, int], str] = {}
-    while envs[0].agents:
-        rnd, acting = envs[0].round, envs[0].scheduled
-        actions: list[dict[str, str]] = [{} for _ in envs]
-        by_policy: dict[int, list[tuple[int, str]]] = {}
-        for a in acting:
-            by_policy.setdefault(id(policies[a]), []).extend((b, a) for b in range(n))
-        for key, pairs in by_policy.items():
-            policy = policies[pairs[0][1]]
-            reqs = [Request(a, obs[b][a], infos[b][a]["final_call"]) for b, a in pairs]
-            for (b, a), c in zip(pairs, _generate(names[key], policy, reqs, greedy), strict=True):
-                actions[b][a] = c.text
-                calls[(b, a, rnd)] = c
-                seen[(b, a, rnd)] = obs[b][a]
-        for b, env in enumerate(envs):
-            obs[b], _, _, _, infos[b] = env.step(actions[b])
+    with _rollout_scope(team, policies):
+        while envs[0].agents:
+            rnd, acting = envs[0].round, envs[0].scheduled
+            actions: list[dict[str, str]] = [{} for _ in envs]
+            by_policy: dict[int, list[tuple[int, str]]] = {}
+            for a in acting:
+                by_policy.setdefault(id(policies[a]), []).extend((b, a) for b in range(n))
+            for key, pairs in by_policy.items():
+                policy = policies[pairs[0][1]]
+                reqs = [Request(a, obs[b][a], infos[b][a]["final_call"]) for b, a in pairs]
+                out = _generate(names[key], policy, reqs, greedy)
+                for (b, a), c in zip(pairs, out, strict=True):
+                    actions[b][a] = c.text
+                    calls[(b, a, rnd)] = c
+                    seen[(b, a, rnd)] = obs[b][a]
+            for b, env in enumerate(envs):
+                obs[b], _, _, _, infos[b] = env.step(actions[b])
     return _assemble(team, envs, calls, seen, group_size)
+
+
+@contextmanager
+def _rollout_scope(team: Team, policies: Mapping[str, Policy]) -> Iterator[None]:
+    """Every policy's :meth:`~marl.policies.Policy.rollout` scope, open for one collect
+    (parameters cannot change inside it); a policy is called once per layer it acts in."""
+    with ExitStack() as stack:
+        for p in dict.fromkeys(policies[a] for a in team.ids):
+            layers = sum(any(policies[a] is p for a in layer) for layer in team.topo.layers)
+            stack.enter_context(p.rollout(layers))
+        yield
 
 
 def _assemble(team: Team, envs: list[TeamEnv], calls: dict, seen: dict,

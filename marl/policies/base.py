@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from marl.tokenizer import CharTokenizer, Tokenizer
@@ -50,3 +51,9 @@ class Policy(ABC):
 
     def reseed(self, seed: int) -> None:  # noqa: B027 - deterministic backends need nothing
         """Restart the policy's sampling randomness from ``seed``."""
+
+    def rollout(self, calls_per_round: int) -> AbstractContextManager[None]:
+        """The scope of one rollout, in which the policy is called ``calls_per_round``
+        times per round and its parameters do not change: model backends reuse each
+        agent's KV cache across its turns within it. Others need nothing."""
+        return nullcontext()

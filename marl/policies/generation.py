@@ -18,6 +18,8 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from marl.policies.kv_reuse import KVStore, Reuse, Stored
+
 
 class CausalLM(Protocol):
     """What the sampling loop needs from a model. Inputs are left-padded."""
@@ -31,10 +33,15 @@ class CausalLM(Protocol):
 
     def decode(self, ids: torch.Tensor, mask: torch.Tensor,
                cache: Any) -> tuple[torch.Tensor, Any]:
-        """``ids: (B, 1)``, ``mask: (B, P + t + 1)`` -> logits ``(B, V)`` and the cache."""
+        """``ids: (B, T)`` after the ``C`` cached positions (``T = 1`` while sampling),
+        ``mask: (B, C + T)`` -> logits of the last position ``(B, V)`` and the cache."""
 
     def expand(self, cache: Any, index: torch.Tensor) -> Any:
         """The cache of rows ``index (B',)`` (repeats allowed) of a prefilled batch."""
+
+    def gather(self, reuse: Reuse, room: int) -> Any | None:
+        """A cache of ``reuse.width`` columns, plus room for ``room`` more, holding the
+        stored K/V that ``reuse`` points at; None when this cache kind cannot be cut."""
 
     def logits(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``(B, T)`` -> ``(B, T, V)`` without a cache (differentiable; used to score)."""
@@ -66,6 +73,10 @@ class Generated:
     mask: torch.Tensor
     #: Per sequence: "eos", "stop" or "length".
     finish: list[str]
+    #: Positions the model ran before sampling (padding included), and prompt tokens whose
+    #: K/V came from a stored cache instead.
+    prefilled: int = 0
+    reused: int = 0
 
 
 def left_pad(seqs: Sequence[Sequence[int]], pad_id: int,
@@ -117,22 +128,24 @@ def _pick(logits: torch.Tensor, s: Sampling,
 @torch.inference_mode()
 def generate(model: CausalLM, prompts: Sequence[Sequence[int]], s: Sampling, *, pad_id: int,
              eos_id: int | None, decode: Callable[[list[int]], str],
-             generator: torch.Generator | None = None) -> Generated:
+             generator: torch.Generator | None = None,
+             store: KVStore | None = None) -> Generated:
     """Sample up to ``s.max_new_tokens`` tokens for every prompt, in one batch.
 
     Each distinct prompt is prefilled once and its cache shared by every row that repeats
-    it (the G rollouts of a group start from the same prompt).
+    it (the G rollouts of a group start from the same prompt). Given a ``store``, prompts
+    start from the K/V of earlier calls kept there, and this call's cache is added to it.
     """
     b, steps = len(prompts), s.max_new_tokens
     distinct: dict[tuple[int, ...], int] = {}
     rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-    ids, mask = left_pad(list(distinct), pad_id, model.device)
     tokens = torch.full((b, steps), pad_id, dtype=torch.long, device=model.device)
     logprobs = torch.zeros((b, steps), device=model.device)
     gen_mask = torch.zeros((b, steps), dtype=torch.bool, device=model.device)
     done = torch.zeros(b, dtype=torch.bool, device=model.device)
     finish = ["length"] * b
-    logits, cache = model.prefill(ids, mask, steps)
+    logits, mask, cache, prefilled, reused = _start(model, list(distinct), steps, pad_id, store)
+    width, fed = mask.shape[1], 0
     if len(distinct) < b:
         index = torch.tensor(rows, device=model.device)
         logits, mask, cache = logits[index], mask[index], model.expand(cache, index)
@@ -155,7 +168,41 @@ def generate(model: CausalLM, prompts: Sequence[Sequence[int]], s: Sampling, *, 
         # Finished rows keep stepping on a pad token; their outputs are masked out.
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         logits, cache = model.decode(tok[:, None], mask, cache)
-    return Generated(tokens, logprobs, gen_mask, finish)
+        fed += 1
+    if store is not None:
+        store.add(_stored(cache, prompts, tokens, gen_mask, width, fed))
+    return Generated(tokens, logprobs, gen_mask, finish, prefilled, reused)
+
+
+def _start(model: CausalLM, prompts: list[tuple[int, ...]], steps: int, pad_id: int,
+           store: KVStore | None) -> tuple[torch.Tensor, torch.Tensor, Any, int, int]:
+    """Logits of each prompt's last position ``(B, V)``, the left-padded mask ``(B, W)``
+    and a cache with room for ``steps`` more positions; plus the positions run and the
+    tokens reused. Starts from ``store`` when that runs fewer positions than a prefill."""
+    plan = store.plan(prompts, model.device) if store is not None else None
+    cache = model.gather(plan[0], plan[1] + steps) if plan is not None else None
+    if cache is None:
+        ids, mask = left_pad(prompts, pad_id, model.device)
+        logits, cache = model.prefill(ids, mask, steps)
+        return logits, mask, cache, ids.numel(), 0
+    reuse, suffix = plan
+    ids, new = left_pad([p[k:] for p, k in zip(prompts, reuse.length, strict=True)], pad_id,
+                        model.device)
+    cols = torch.arange(reuse.width, device=model.device)
+    old = cols >= reuse.width - torch.tensor(reuse.length, device=model.device)[:, None]
+    mask = torch.cat([old, new], dim=1)  # (B, width + suffix): left-padded, no holes
+    logits, cache = model.decode(ids, mask, cache)
+    return logits, mask, cache, ids.numel(), sum(reuse.length)
+
+
+def _stored(cache: Any, prompts: Sequence[Sequence[int]], tokens: torch.Tensor,
+            gen_mask: torch.Tensor, width: int, fed: int) -> Stored:
+    """What each row's final cache holds: its prompt, left-padded in ``width`` columns, then
+    the first ``fed`` generated tokens (the last sampled token never runs) up to its end."""
+    ends = gen_mask.sum(1).clamp(max=fed).tolist()
+    tokens = tokens.tolist()
+    seqs = [tuple(p) + tuple(tokens[i][: ends[i]]) for i, p in enumerate(prompts)]
+    return Stored(cache, seqs, [width - len(p) for p in prompts])
 
 
 def completion_text(tokens: Sequence[int], decode: Callable[[list[int]], str],

@@ -26,6 +26,7 @@ import torch
 from marl.errors import MarlError
 from marl.io import atomic_dir
 from marl.policies.fast_llama import LlamaTwin, twin_config
+from marl.policies.kv_reuse import Reuse
 from marl.policies.tiny import TinyCausalLM
 
 if TYPE_CHECKING:
@@ -98,11 +99,32 @@ class HFCausalLM:
                cache: Any) -> tuple[torch.Tensor, Any]:
         if self.twin is not None:
             return TinyCausalLM(self.twin.model, self.device).decode(ids, mask, cache)
-        # The new token's position is the number of real tokens before it.
-        pos = mask.sum(-1, keepdim=True) - 1  # (B, 1)
+        pos = _positions(mask)[:, -ids.shape[1]:]
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                         use_cache=True, return_dict=True, **{self._cache_kw: cache})
+                         use_cache=True, return_dict=True, **{self._cache_kw: cache},
+                         **self._last_only)
         return out.logits[:, -1], out[self._cache_kw]
+
+    def gather(self, reuse: Reuse, room: int) -> Any | None:
+        if self.twin is not None:
+            return TinyCausalLM(self.twin.current(), self.device).gather(reuse, room)
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+
+        # Only full-attention layers keep every column (sliding windows drop old ones).
+        if not all(isinstance(c, DynamicCache) and all(type(x) is DynamicLayer
+                                                       for x in c.layers)
+                   for c in reuse.caches):
+            return None
+        b = len(reuse.length)
+        layers = []
+        for i, first in enumerate(reuse.caches[0].layers):
+            pair = []
+            for kind in ("keys", "values"):
+                like = getattr(first, kind)
+                out = like.new_zeros((b, like.shape[1], reuse.width, like.shape[3]))
+                pair.append(reuse.take([getattr(c.layers[i], kind) for c in reuse.caches], out))
+            layers.append(tuple(pair))
+        return DynamicCache(layers)
 
     def logits(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),

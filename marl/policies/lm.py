@@ -7,7 +7,8 @@ with gradients, for training.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -17,6 +18,7 @@ import torch
 from marl.errors import MarlError
 from marl.policies.base import Completion, Policy, Request
 from marl.policies.generation import CausalLM, Sampling, completion_text, generate, score
+from marl.policies.kv_reuse import KVStore
 from marl.tokenizer import Tokenizer
 
 
@@ -28,20 +30,45 @@ class LMTokenizer(Tokenizer, Protocol):
 
 
 class LMPolicy(Policy):
-    """A trainable policy. ``parameters()`` are what an optimizer updates."""
+    """A trainable policy. ``parameters()`` are what an optimizer updates.
+
+    Inside :meth:`rollout` (and only there) a call reuses the KV cache of the policy's
+    earlier calls for the prompt prefix they share, unless ``reuse_cache`` is False;
+    ``prefill_tokens`` and ``reused_tokens`` count, over all calls, the positions the
+    model ran before sampling and the prompt tokens taken from a stored cache instead.
+    """
 
     def __init__(self, model: CausalLM, tokenizer: LMTokenizer, sampling: Sampling,
                  seed: int = 0, module: torch.nn.Module | None = None,
-                 saver: Callable[[Path], Path] | None = None):
+                 saver: Callable[[Path], Path] | None = None, reuse_cache: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.sampling = sampling
         self.module = module
         self.saver = saver
         self.generator = torch.Generator(device=model.device).manual_seed(seed)
+        self.reuse_cache = reuse_cache
+        self.prefill_tokens = 0
+        self.reused_tokens = 0
+        self._store: KVStore | None = None
 
     def reseed(self, seed: int) -> None:
+        # Stored K/V do not depend on the sampling randomness: the store stays.
         self.generator.manual_seed(seed)
+
+    @contextmanager
+    def rollout(self, calls_per_round: int) -> Iterator[None]:
+        outer = self._store
+        self._store = KVStore(calls_per_round, self._version()) if self.reuse_cache else None
+        try:
+            yield
+        finally:
+            self._store = outer  # the caches are released here
+
+    def _version(self) -> int:
+        """Changes whenever a parameter is modified in place (an optimizer step, a load);
+        a policy without ``module`` relies on :meth:`rollout`'s scope alone."""
+        return sum(p._version for p in self.module.parameters()) if self.module else 0
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.module.parameters() if p.requires_grad] if self.module else []
@@ -56,9 +83,13 @@ class LMPolicy(Policy):
         if greedy:
             s = replace(s, temperature=0.0)
         prompts = self.prompt_ids(requests)
+        if self._store is not None:
+            self._store.sync(self._version())
         out = generate(self.model, prompts, s, pad_id=self.tokenizer.pad_id,
                        eos_id=self.tokenizer.eos_id, decode=self.tokenizer.decode,
-                       generator=self.generator)
+                       generator=self.generator, store=self._store)
+        self.prefill_tokens += out.prefilled
+        self.reused_tokens += out.reused
         tokens, logprobs, mask = out.tokens.cpu(), out.logprobs.cpu(), out.mask.cpu()
         completions = []
         for i in range(len(requests)):

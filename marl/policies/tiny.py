@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from torch import nn
 
 from marl.errors import MarlError
 from marl.io import atomic_dir
+from marl.policies.kv_reuse import Reuse
 from marl.policies.tiny_config import TinyConfig
 
 
@@ -125,16 +127,26 @@ class TinyCausalLM:
         self.model = model.to(device)
         self.device = torch.device(device)
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int):
+    def _empty(self, rows: int, columns: int, fill: Callable[..., torch.Tensor]) -> list:
+        """Per layer, key and value buffers ``(rows, H, columns, D)`` made by ``fill``."""
         cfg = self.model.cfg
-        b, p = ids.shape
-        shape = (b, cfg.n_head, p + max_new_tokens, cfg.n_embd // cfg.n_head)
+        shape = (rows, cfg.n_head, columns, cfg.n_embd // cfg.n_head)
         dtype = self.model.embed.weight.dtype
-        cache = [(torch.empty(shape, device=self.device, dtype=dtype),
-                  torch.empty(shape, device=self.device, dtype=dtype))
-                 for _ in range(cfg.n_layer)]
+        return [(fill(shape, device=self.device, dtype=dtype),
+                 fill(shape, device=self.device, dtype=dtype)) for _ in range(cfg.n_layer)]
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int):
+        b, p = ids.shape
+        cache = self._empty(b, p + max_new_tokens, torch.empty)
         logits = self.model(ids, mask, cache=cache, start=0)
         return logits[:, -1], (cache, p)
+
+    def gather(self, reuse: Reuse, room: int) -> Any:
+        out = self._empty(len(reuse.length), reuse.width + room, torch.zeros)
+        for layer, pair in enumerate(out):
+            for kind, buf in enumerate(pair):
+                reuse.take([kv[layer][kind] for kv, _ in reuse.caches], buf)
+        return out, reuse.width
 
     def expand(self, cache: Any, index: torch.Tensor) -> Any:
         kv, used = cache
