@@ -280,8 +280,10 @@ def main() -> None:
                         help="throughput: passes over the batch (1: MAGRPO's on-policy step)")
     parser.add_argument("--minibatches", type=int, default=1,
                         help="throughput: optimizer steps per pass")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads (2: the whole of a 2-core machine)")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     out = args.out or Path(tempfile.mkdtemp(prefix="marl-bench-"))
     if args.which == "throughput":
         throughput(out, 16, 8, args.epochs, args.minibatches)

@@ -79,9 +79,9 @@ class TrainConfig(BaseModel):
         "none.")
     warmup_prior: Literal["habits", "uniform"] = Field(
         "habits", description="random warm-up: habits (each agent learns, for every "
-        "observation, one random message of the task's format, drawn with a seed of the run, "
-        "the agent and the observation: arbitrary habits in how it talks, shared with no "
-        "teammate; answers stay uniform) or uniform (a fresh random message every time: "
+        "observation, one random message or answer of the task's format, drawn with a seed of "
+        "the run, the agent and the observation: arbitrary habits in how it talks and "
+        "answers, shared with no teammate) or uniform (a fresh random message every time: "
         "messages independent of what the agent read).")
     habit_strength: float = Field(
         0.75, gt=0, le=1, description="habits: the share of an agent's warm-up targets that "

@@ -14,17 +14,21 @@ ended with the policy's stop string. Sources:
   have the task's format and carry no meaning; the warmed-up team is at chance. How the
   random messages are drawn is ``warmup_prior``:
 
-  - ``habits`` (default): with probability ``habit_strength`` a message's target is the
-    agent's *habit* for that observation (:class:`Habits`: a random message drawn with a
-    generator seeded by the run's seed, the agent and the observation, distinct from its
-    habits for other observations), otherwise a fresh random message. Each agent so learns
-    a strong, arbitrary preference per observation: habits in how it talks, private to it
-    (no teammate shares them, so they say nothing to anyone, and the team stays at
-    chance). Answers (final calls) stay uniform: a habit there would only be a bias
-    against the task's answer. Pre-trained models arrive with such arbitrary,
-    input-dependent preferences; a team then has something to build a convention from.
-    Habits that could coincide (two objects, one letter) trapped teams in a pooling
-    equilibrium (two objects sharing one message) that RL did not leave in minutes.
+  - ``habits`` (default): with probability ``habit_strength`` a call's target is the
+    agent's *habit* for that observation (:class:`Habits`: a random message or answer
+    drawn with a generator seeded by the run's seed, the agent and the observation,
+    distinct from its habits for other observations where the format leaves room),
+    otherwise a fresh random one. Each agent so learns a strong, arbitrary preference per
+    observation: habits in how it talks and answers, private to it (no teammate shares
+    them, so they say nothing to anyone, and the team stays at chance). Pre-trained models
+    arrive with such arbitrary, input-dependent preferences; a team then has something to
+    build a convention from, and every agent's output already depends on what it read,
+    so reward reaches each agent through its input. Measured on ``lewis`` with 8 objects
+    (seed 0, 2 threads): with habits for messages only and uniform answers, eval success
+    stayed at chance (0.11-0.14) for 2,600 iterations; with habits for answers too it
+    rose to 0.42 within 200 iterations. Habits that could coincide (two objects, one
+    letter) trapped ``signal`` teams in a pooling equilibrium (two objects sharing one
+    message) that RL did not leave in minutes, hence distinct habits.
   - ``uniform``: a fresh random message every time, so the warmed-up agent writes the same
     distribution whatever it read (its output moved by under 1e-3 between inputs).
     Measured on ``signal``: RL from this start stayed at chance (best eval 0.27) for
@@ -63,10 +67,11 @@ def source_episodes(team: Team, source: str, episodes: int, seed: int) -> Episod
 
 
 class Habits:
-    """Each agent's habit for each observation it has met: a random message of the task's
-    format, drawn with a generator seeded by the run's seed, the agent and the observation,
-    and distinct from the agent's other habits where the format leaves room (an agent does
-    not give two different situations the same name; redrawn up to ``TRIES`` times).
+    """Each agent's habit for each observation it has met: a random message (or answer) of
+    the task's format, drawn with a generator seeded by the run's seed, the agent and the
+    observation, and distinct from the agent's other habits where the format leaves room
+    (an agent does not give two different situations the same name; redrawn up to
+    ``TRIES`` times).
 
     The table depends only on the seed and the order in which observations are met, which
     the warm-up's seeded episodes fix; it is saved with checkpoints for exact resume.
@@ -78,14 +83,15 @@ class Habits:
         self.seed = seed
         self.table: dict[str, dict[str, str]] = table or {}
 
-    def message(self, team: Team, agent: str, observation: str) -> str:
+    def message(self, team: Team, agent: str, observation: str, final: bool = False) -> str:
+        """The habit of ``agent`` for ``observation`` (an answer when ``final``)."""
         mine = self.table.setdefault(agent, {})
         if observation not in mine:
             used = set(mine.values())
             for attempt in range(self.TRIES):
                 key = seeds.derive_seed(self.seed, seeds.HABITS, zlib.crc32(agent.encode()),
                                         zlib.crc32(observation.encode()), attempt)
-                text = team.task.random_message(agent, False, np.random.default_rng(key))
+                text = team.task.random_message(agent, final, np.random.default_rng(key))
                 if text not in used:
                     break
             mine[observation] = text
@@ -107,8 +113,8 @@ def warmup_rows(t: Trainable, team: Team, batch: EpisodeBatch, cfg: TrainConfig,
             obs = batch.observations[b][k]
             if cfg.warmup_source == "oracle":
                 text = team.task.demonstration(agent, obs, final)
-            elif cfg.warmup_prior == "habits" and not final and coins[b, k] < cfg.habit_strength:
-                text = habits.message(team, agent, obs)
+            elif cfg.warmup_prior == "habits" and coins[b, k] < cfg.habit_strength:
+                text = habits.message(team, agent, obs, final)
             else:
                 text = record["transcript"][k]["message"]
             if text is None:

@@ -304,13 +304,13 @@ def flipped(monkeypatch):
 @pytest.mark.parametrize("flip", [False, True])
 def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_path,
                                                                        monkeypatch, flip):
-    """The toy's answer '7' is one of ten digits the warm-up teaches to write uniformly:
-    only the RL term can raise success above 1/10, and with the advantage's sign flipped
-    it must not."""
+    """The toy's answer '7' is one of ten digits the warm-up teaches to write uniformly
+    (a uniform prior: a habit would favour one digit): only the RL term can raise success
+    above 1/10, and with the advantage's sign flipped it must not."""
     if flip:
         flipped(monkeypatch)
     cfg = small(iterations=30, lr=3e-3, warmup_steps=20, warmup_episodes=16, eval_every=30,
-                eval_episodes=200)
+                eval_episodes=200, warmup_prior="uniform")
     trainer = Trainer(toy, cfg, tmp_path)
     trainer.train()
     warm = trainer.rows[19]

@@ -108,6 +108,11 @@ def test_habits_are_seeded_distinct_per_agent_and_stable():
     assert codes == [again.message(team, "speaker", o) for o in observations]  # seeded
     other = Habits(seed=4)
     assert codes != [other.message(team, "speaker", o) for o in observations]
+    # answers get habits too: valid answers, distinct while the four digits last
+    heard = [f"you are listener (listener). object: ?\nspeaker> {c}\n" for c in "abcdef"]
+    answers = [habits.message(team, "listener", o, final=True) for o in heard]
+    assert all(team.task.valid_message("listener", a, True) for a in answers)
+    assert len(set(answers[:4])) == 4
     # a format with room for only two messages: the third habit must repeat one
     small = Habits(seed=0)
     team.task.random_message = lambda agent, final, rng: "ab"[int(rng.integers(2))]
