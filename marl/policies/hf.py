@@ -90,7 +90,9 @@ class HFCausalLM:
         return out.logits[:, -1], out[self._cache_kw]
 
     def expand(self, cache: Any, index: torch.Tensor) -> Any:
-        if self.twin is not None:
+        # Sampling's caches come from the fast twin when there is one; scoring's (from
+        # `prefix`) always from the transformers model.
+        if not hasattr(cache, "reorder_cache"):
             return TinyCausalLM(self.twin.model, self.device).expand(cache, index)
         cache.reorder_cache(index)  # index_select along the batch, in place
         return cache

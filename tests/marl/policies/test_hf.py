@@ -123,6 +123,27 @@ def test_generated_logprobs_match_score(loaded, temperature):
         assert not torch.equal(run(1).tokens, out.tokens)
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_scoring_shares_a_repeated_prompt_with_the_same_result(tiny_dir, fast):
+    """Rows that repeat a prompt (a group's rollouts) share its forward pass when scored,
+    with and without the fast generation twin: log-probs and gradients as if each row ran
+    alone."""
+    model, tok = load_hf(tiny_dir, fast=fast)
+    prompts = [tok.encode_prompt(o) for o in (OBSERVATIONS[0], OBSERVATIONS[0], "x", "x")]
+    comps = [tok.encode(c) for c in ("ab\n", "c", "de\n", "fgh")]
+    lp, mask = score(model, prompts, comps, pad_id=tok.pad_id)
+    (lp * mask).sum().backward()
+    shared = [p.grad.clone() for p in model.model.parameters()]
+    model.model.zero_grad()
+    alone = [score(model, [p], [c], pad_id=tok.pad_id) for p, c in zip(prompts, comps)]
+    sum((a * m).sum() for a, m in alone).backward()
+    for i, (a, _) in enumerate(alone):
+        torch.testing.assert_close(lp[i, : len(comps[i])], a[0], atol=1e-5, rtol=0)
+    for g, p in zip(shared, model.model.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad, atol=1e-5, rtol=1e-4)
+    model.model.zero_grad()
+
+
 def test_stop_string_cuts_generation(loaded):
     model, tok = loaded
     prompt = [tok.encode_prompt(OBSERVATIONS[0])]
