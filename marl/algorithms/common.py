@@ -5,7 +5,10 @@ Loss (per policy, tokens t of its agents' completions, advantage A)::
 
     ratio  = exp(log π(t) − log π_old(t))
     L_pg   = −min(ratio·A, clip(ratio, 1 − clip_low, 1 + clip_high)·A)      (clip-higher)
-    L      = agg(L_pg) + kl_coef·agg(k3(π, π_ref)) − entropy_coef·agg(H) + sft_coef·L_SFT
+    L      = agg(L_pg) + kl_coef·agg(KL(π ‖ π_ref)) − entropy_coef·agg(H) + sft_coef·L_SFT
+
+KL and the entropy H are exact, over the whole vocabulary at each token; π_ref is the
+policy RL started from (after the warm-up).
 
 With one epoch the ratio is 1 and this is MAGRPO's REINFORCE gradient −A·∇log π. ``agg`` is
 the token mean (``token``) or the mean of per-sequence means (``sequence``). L_SFT is the

@@ -64,7 +64,11 @@ class TrainConfig(BaseModel):
                            "every generated token, to the policy RL started from (after the "
                            "warm-up): keeps the format the warm-up taught and stops a policy "
                            "from collapsing onto one message while it explores.")
-    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus.")
+    entropy_coef: float = Field(0.05, ge=0, description="Entropy bonus (per token, full "
+                                "vocabulary). It keeps a policy exploring after it has "
+                                "settled: on lewis with 8 objects, without it the listener "
+                                "became certain of wrong answers (p = 1.0) and the team "
+                                "stayed at 0.73; with 0.05 it reached 1.0.")
     aggregation: Literal["token", "sequence"] = Field(
         "token", description="token: mean over all tokens; sequence: mean of per-sequence means.")
     sft_coef: float = Field(0.0, ge=0, description="L = L_RL + sft_coef * L_SFT on the task "
@@ -87,7 +91,7 @@ class TrainConfig(BaseModel):
         0.75, gt=0, le=1, description="habits: the share of an agent's warm-up targets that "
         "are its habit (the rest are fresh random messages), so a habit is a strong "
         "preference, not a certainty, and can still be unlearnt.")
-    warmup_steps: int = Field(60, ge=0, description="Optimizer steps of the warm-up.")
+    warmup_steps: int = Field(200, ge=0, description="Optimizer steps of the warm-up.")
     warmup_episodes: int = Field(32, ge=1, description="Episodes the warm-up source plays "
                                  "per step (every call of a trainable agent is a target).")
     curriculum: list[Stage] = Field(

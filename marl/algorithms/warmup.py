@@ -14,21 +14,29 @@ ended with the policy's stop string. Sources:
   have the task's format and carry no meaning; the warmed-up team is at chance. How the
   random messages are drawn is ``warmup_prior``:
 
-  - ``habits`` (default): with probability ``habit_strength`` a call's target is the
-    agent's *habit* for that observation (:class:`Habits`: a random message or answer
-    drawn with a generator seeded by the run's seed, the agent and the observation,
-    distinct from its habits for other observations where the format leaves room),
-    otherwise a fresh random one. Each agent so learns a strong, arbitrary preference per
+  - ``habits`` (default): the episodes are played by :class:`HabitPolicy`: with
+    probability ``habit_strength`` an agent says its *habit* for what it read
+    (:class:`Habits`: a random message or answer drawn with a generator seeded by the
+    run's seed, the agent and the observation, distinct from its habits for other
+    observations where the format leaves room), otherwise a fresh random one; the targets
+    are what was said. Each agent so learns a strong, arbitrary preference per
     observation: habits in how it talks and answers, private to it (no teammate shares
-    them, so they say nothing to anyone, and the team stays at chance). Pre-trained models
-    arrive with such arbitrary, input-dependent preferences; a team then has something to
-    build a convention from, and every agent's output already depends on what it read,
-    so reward reaches each agent through its input. Measured on ``lewis`` with 8 objects
-    (seed 0, 2 threads): with habits for messages only and uniform answers, eval success
-    stayed at chance (0.11-0.14) for 2,600 iterations; with habits for answers too it
-    rose to 0.42 within 200 iterations. Habits that could coincide (two objects, one
-    letter) trapped ``signal`` teams in a pooling equilibrium (two objects sharing one
-    message) that RL did not leave in minutes, hence distinct habits.
+    them and none was chosen for the task, so the team's success stays at chance in
+    expectation over seeds). Pre-trained models arrive with such arbitrary,
+    input-dependent preferences; a team then has something to build a convention from,
+    and every agent's output already depends on what it read, so reward reaches each
+    agent through its input. Because teammates hear each other's habits, an agent forms
+    habits for the messages it will actually hear when RL starts.
+
+    Measured on ``lewis`` with 8 objects (seed 0; eval success, chance 0.125): habits
+    for messages only, answers uniform, over the random policy's messages (60 steps):
+    at chance for 2,600 iterations. Habits for answers too: 0.42 within 200 iterations,
+    then stuck there (the listener's habits, formed over all 26 letters, were still
+    barely input-dependent after the warm-up: one greedy answer for most letters).
+    Habits played, so that the listener hears the speaker's habits, and 200 steps: 0.73
+    within 40 iterations. Habits that could coincide (two objects, one letter) trapped
+    ``signal`` teams in a pooling equilibrium (two objects sharing one message) that RL
+    did not leave in minutes, hence distinct habits.
   - ``uniform``: a fresh random message every time, so the warmed-up agent writes the same
     distribution whatever it read (its output moved by under 1e-3 between inputs).
     Measured on ``signal``: RL from this start stayed at chance (best eval 0.27) for
@@ -52,18 +60,24 @@ import numpy as np
 from marl import seeds
 from marl.algorithms.common import Trainable, guarded_step, sft_term, target_ids
 from marl.algorithms.config import TrainConfig
-from marl.policies import Policy
+from marl.policies import Completion, Policy, Request
 from marl.policies.scripted import RandomPolicy, ScriptedPolicy
 from marl.rollout import EpisodeBatch, collect
 from marl.team import Team
 
 
-def source_episodes(team: Team, source: str, episodes: int, seed: int) -> EpisodeBatch:
-    """``episodes`` instances played by the task's ``random`` policy or its ``oracle`` for
-    every agent."""
-    player: Policy = (RandomPolicy(team.task, seed) if source == "random"
-                      else ScriptedPolicy(team.task))
-    return collect(team, dict.fromkeys(team.ids, player), episodes, 1, seed=seed)
+def source_episodes(team: Team, cfg: TrainConfig, habits: Habits, seed: int) -> EpisodeBatch:
+    """``cfg.warmup_episodes`` instances played for every agent by the task's oracle
+    (``oracle``), its random policy (``random`` with a ``uniform`` prior) or its random
+    policy with habits (``random`` with ``habits``)."""
+    player: Policy
+    if cfg.warmup_source == "oracle":
+        player = ScriptedPolicy(team.task)
+    elif cfg.warmup_prior == "habits":
+        player = HabitPolicy(team, habits, cfg.habit_strength, seed)
+    else:
+        player = RandomPolicy(team.task, seed)
+    return collect(team, dict.fromkeys(team.ids, player), cfg.warmup_episodes, 1, seed=seed)
 
 
 class Habits:
@@ -98,25 +112,39 @@ class Habits:
         return mine[observation]
 
 
-def warmup_rows(t: Trainable, team: Team, batch: EpisodeBatch, cfg: TrainConfig,
-                habits: Habits, seed: int) -> tuple[list[tuple[int, ...]], list[list[int]]]:
-    """Prompts and target ids of ``t``'s agents' calls in a source batch (``oracle``: its
-    demonstrations, skipping calls where it would only guess); ``seed`` draws which
-    targets are habits."""
+class HabitPolicy(RandomPolicy):
+    """The task's random policy with habits: with probability ``strength`` an agent says
+    its habit for what it read, otherwise a fresh random message. Teammates hear each
+    other's habits, so an agent meets (and forms habits for) the messages it will hear
+    when RL starts, not every message of the format."""
+
+    def __init__(self, team: Team, habits: Habits, strength: float, seed: int = 0):
+        super().__init__(team.task, seed)
+        self.team, self.habits, self.strength = team, habits, strength
+
+    def generate(self, requests: Sequence[Request], greedy: bool = False) -> list[Completion]:
+        out = []
+        for r in requests:
+            habit = self.rng.random() < self.strength
+            fresh = self.task.random_message(r.agent, r.final, self.rng)
+            out.append(Completion(self.habits.message(self.team, r.agent, r.observation, r.final)
+                                  if habit else fresh))
+        return out
+
+
+def warmup_rows(t: Trainable, team: Team, batch: EpisodeBatch,
+                cfg: TrainConfig) -> tuple[list[tuple[int, ...]], list[list[int]]]:
+    """Prompts and target ids of ``t``'s agents' calls in a source batch: what the source
+    said (``oracle``: its demonstrations, skipping calls where it would only guess)."""
     prompts, targets = [], []
     tok = t.policy.tokenizer
-    coins = np.random.default_rng(seed).random((len(batch.records), len(batch.call_agent)))
     for k in batch.slots(t.agents).tolist():
         agent = batch.agents[int(batch.call_agent[k])]
         final = team.is_final_call(agent, int(batch.call_round[k]))
         for b, record in enumerate(batch.records):
             obs = batch.observations[b][k]
-            if cfg.warmup_source == "oracle":
-                text = team.task.demonstration(agent, obs, final)
-            elif cfg.warmup_prior == "habits" and coins[b, k] < cfg.habit_strength:
-                text = habits.message(team, agent, obs, final)
-            else:
-                text = record["transcript"][k]["message"]
+            text = (team.task.demonstration(agent, obs, final) if cfg.warmup_source == "oracle"
+                    else record["transcript"][k]["message"])
             if text is None:
                 continue
             prompts.append(tuple(tok.encode_prompt(obs)))
@@ -130,10 +158,10 @@ def warmup_step(trainables: Sequence[Trainable], teams: Sequence[Team], cfg: Tra
     SFT loss (``sft_loss``), the guard's counters, and the batch."""
     team = teams[step % len(teams)]
     seed = seeds.derive_seed(cfg.seed, seeds.WARMUP, step)
-    batch = source_episodes(team, cfg.warmup_source, cfg.warmup_episodes, seed)
+    batch = source_episodes(team, cfg, habits, seed)
     stats: dict[str, float] = {"sft_loss": 0.0, "grad_norm": 0.0, "skipped": 0.0}
-    for j, t in enumerate(trainables):
-        prompts, targets = warmup_rows(t, team, batch, cfg, habits, seeds.derive_seed(seed, j))
+    for t in trainables:
+        prompts, targets = warmup_rows(t, team, batch, cfg)
         if not prompts:
             continue
         loss = sft_term(t, prompts, targets)

@@ -135,7 +135,7 @@ def test_scoring_shares_a_repeated_prompt_with_the_same_result(tiny_dir, fast):
     (lp * mask).sum().backward()
     shared = [p.grad.clone() for p in model.model.parameters()]
     model.model.zero_grad()
-    alone = [score(model, [p], [c], pad_id=tok.pad_id) for p, c in zip(prompts, comps)]
+    alone = [score(model, [p], [c], pad_id=tok.pad_id) for p, c in zip(prompts, comps, strict=True)]
     sum((a * m).sum() for a, m in alone).backward()
     for i, (a, _) in enumerate(alone):
         torch.testing.assert_close(lp[i, : len(comps[i])], a[0], atol=1e-5, rtol=0)
