@@ -81,6 +81,12 @@ def time_to(trainer: Trainer, target: float) -> float | None:
     return None
 
 
+def at_best(rows: list[dict], best: dict) -> float:
+    """Held-out success at the iteration of the best (seen) evaluation."""
+    return next(r["eval_holdout_success_rate"] for r in rows
+                if r["iteration"] == best["iteration"])
+
+
 def target_run(scenario: str | dict, target: float, budget: float, out: Path,
                **kw) -> Trainer:
     """Train until ``target`` eval success or ``budget`` seconds; print the outcome."""
@@ -97,7 +103,8 @@ def target_run(scenario: str | dict, target: float, budget: float, out: Path,
     print(f"{name}{label}: {found}; target {target} "
           + (f"reached after {reached:.0f} s" if reached is not None else
              f"not reached within {budget:.0f} s")
-          + (f"; best held-out success {max(held):.3f}" if held else "")
+          + (f"; held-out success at that iteration {at_best(rows, best):.3f} (highest "
+             f"{max(held):.3f})" if held else "")
           + (f"; final eval oracle agreement {rows[-1]['eval_oracle_agreement']}" if rows
              else ""))
     return trainer

@@ -88,8 +88,8 @@ class TrainConfig(BaseModel):
         "answers, shared with no teammate) or uniform (a fresh random message every time: "
         "messages independent of what the agent read).")
     habit_strength: float = Field(
-        0.75, gt=0, le=1, description="habits: the share of an agent's warm-up targets that "
-        "are its habit (the rest are fresh random messages), so a habit is a strong "
+        0.75, gt=0, le=1, description="habits: how often an agent says its habit in the "
+        "warm-up's episodes (otherwise a fresh random message), so a habit is a strong "
         "preference, not a certainty, and can still be unlearnt.")
     warmup_steps: int = Field(200, ge=0, description="Optimizer steps of the warm-up.")
     warmup_episodes: int = Field(32, ge=1, description="Episodes the warm-up source plays "

@@ -18,14 +18,7 @@ pytest.importorskip("transformers")
 OBSERVATIONS = ["round 1: w1 says 07\nanswer?", "x", "hello world, (a+b)*c = 12 ;\n\n  end"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tensors here are tiny: extra intra-op threads only wait on each other, and on a
-    busy 2-core machine that turns milliseconds into seconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

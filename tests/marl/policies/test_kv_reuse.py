@@ -17,13 +17,7 @@ from tests.marl.conftest import ROOT
 BACKENDS = ["tiny", "hf", "hf-slow"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors: extra intra-op threads only wait on each other on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
