@@ -90,6 +90,8 @@ class Samples:
     advantages: torch.Tensor  # (S,) or (S, L)
     # The oracle's messages, tokenised; [] where it would only guess.
     demos: list[list[int]] = field(default_factory=list)
+    # (S,): the sample's group succeeded in every rollout (nothing left to explore there).
+    solved: torch.Tensor | None = None
 
 
 def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
@@ -107,10 +109,13 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
         row_adv = adv[bi, batch.call_agent[ki]]
     else:
         row_adv = adv[bi, ki]
+    success = batch.success.float()
+    groups = torch.zeros(int(batch.group_ids.max()) + 1).scatter_reduce(
+        0, batch.group_ids, success, "amin", include_self=False)
     s = Samples(prompts=[batch.prompt_ids[b][k] for b, k in rows],
                 completions=[batch.tokens[b, k][batch.mask[b, k]].tolist() for b, k in rows],
                 old_logprobs=batch.logprobs[bi, ki], mask=mask, advantages=row_adv,
-                demos=demos)
+                demos=demos, solved=groups[batch.group_ids][bi] > 0)
     if oracle is None or not with_demos:
         return s
     extra = [(b, k) for b in range(len(oracle.records)) for k in oracle.slots(t.agents).tolist()]
@@ -122,7 +127,8 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
         old_logprobs=torch.cat([s.old_logprobs, s.old_logprobs.new_zeros(n, width)]),
         mask=torch.cat([s.mask, s.mask.new_zeros(n, width)]),
         advantages=torch.cat([s.advantages, s.advantages.new_zeros(n, *s.advantages.shape[1:])]),
-        demos=s.demos + [_demo_ids(t, team, oracle, b, k) for b, k in extra])
+        demos=s.demos + [_demo_ids(t, team, oracle, b, k) for b, k in extra],
+        solved=torch.cat([s.solved, s.solved.new_zeros(n)]))
 
 
 def _demo_ids(t: Trainable, team: Team, batch: EpisodeBatch, b: int, k: int) -> list[int]:
@@ -207,15 +213,26 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
     pg = -torch.minimum(ratio * adv, clipped * adv)
     loss = aggregate(pg, mask, cfg.aggregation)
     stats = {"entropy": float(aggregate(ent.detach(), mask, "token"))}
+    reg = regularized(s, mask, cfg)
     if cfg.entropy_coef:
-        loss = loss - cfg.entropy_coef * aggregate(ent, mask, cfg.aggregation)
+        loss = loss - cfg.entropy_coef * aggregate(ent, reg, cfg.aggregation)
     if kl_tok:
-        kl = aggregate(kl_tok[0], mask, cfg.aggregation)
-        loss = loss + cfg.kl_coef * kl
-        stats["kl"] = float(kl.detach())
+        loss = loss + cfg.kl_coef * aggregate(kl_tok[0], reg, cfg.aggregation)
+        stats["kl"] = float(aggregate(kl_tok[0].detach(), mask, cfg.aggregation))
     stats["pg_loss"] = float(loss.detach())
     stats["clip_frac"] = float(aggregate(((ratio - clipped).abs() > 0).float(), mask, "token"))
     return loss, stats
+
+
+def regularized(s: Samples, mask: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
+    """The tokens the KL and entropy terms apply to: all of them, or (``regularize_solved:
+    false``, group baselines) all but those of samples whose group succeeded in every
+    rollout, where no policy gradient is left and the two terms alone (scaled up by Adam)
+    can move a solved team. Where every rollout failed they always apply: that is where an
+    agent certain of a wrong answer must keep exploring."""
+    if cfg.regularize_solved or s.solved is None or cfg.algorithm == "ppo":
+        return mask  # PPO's critic gives a solved episode advantages of its own
+    return mask & ~s.solved.to(mask.device)[:, None]
 
 
 def sft_term(t: Trainable, prompts: list, demos: list[list[int]],
@@ -283,7 +300,8 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
     g = len(gen_rows)
     if gen_rows:
         sub = Samples(prompts[:g], targets[:g], s.old_logprobs[gen_rows], s.mask[gen_rows],
-                      s.advantages[gen_rows])
+                      s.advantages[gen_rows],
+                      solved=s.solved[gen_rows] if s.solved is not None else None)
         width = int(mask[:g].sum(-1).max())
         loss, stats = pg_terms(t, sub, cfg, tuple(x[:g, :width] for x in scored))
     if demo_rows:

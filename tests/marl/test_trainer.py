@@ -67,6 +67,33 @@ def small(**kw) -> TrainConfig:
     return TrainConfig(**{**base, **kw})
 
 
+class AlwaysRight(SayDigit):
+    """Every answer scores 1: every group's rollouts score the same."""
+
+    id = "always_right_v0"
+
+    def score(self, instance, answer):
+        return 1.0
+
+
+@pytest.mark.parametrize("regularize", [False, True])
+def test_a_solved_team_is_left_alone(tmp_path, monkeypatch, regularize):
+    """When every rollout of every group succeeds there is no policy gradient: with
+    regularize_solved false the policy does not move; with true (the default) the entropy
+    and KL terms alone move it (what knocked solved teams off their convention)."""
+    monkeypatch.setitem(TASKS, "always_right_v0", f"{__name__}:AlwaysRight")
+    team = load_team({"name": "flat", "task": {"name": "always_right_v0"},
+                      "agents": [{"id": "a"}],
+                      "policies": {"default": {"backend": "tiny", "max_new_tokens": 2}},
+                      "topology": {"kind": "chain"}, "protocol": {"answer": "a"}})
+    trainer = Trainer(team, small(iterations=2, regularize_solved=regularize), tmp_path)
+    before = [p.detach().clone() for p in trainer.policies["a"].parameters()]
+    trainer.train()
+    moved = any(not torch.equal(a, p) for a, p in zip(before, trainer.policies["a"].parameters(),
+                                                        strict=True))
+    assert moved == regularize
+
+
 def test_rl_learns_a_known_answer(toy, tmp_path):
     trainer = Trainer(toy, small(iterations=25, lr=1e-2, eval_every=25), tmp_path)
     trainer.train()
