@@ -44,12 +44,11 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
+from train import hf_team  # benchmarks/train.py, beside this script
 
 from marl.algorithms.config import TrainConfig
 from marl.policies.hf_local import build_tiny_hf
 from marl.rollout import collect
-from marl.team import load_team
 from marl.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,11 +66,7 @@ def marl_side(model: Path, out: Path, episodes: int, group: int, new_tokens: int
     """Time ``steps`` MAGRPO iterations of ``marl``'s Trainer on ``signal.yaml`` with
     the tiny HF Llama; return the result and the instances of one batch (prompts for the
     peers)."""
-    data = yaml.safe_load((ROOT / "scenarios" / "signal.yaml").read_text())
-    data["policies"] = {n: {**p, "backend": "hf", "path": str(model),
-                            "max_new_tokens": new_tokens, "stop": []}
-                        for n, p in data["policies"].items()}
-    team = load_team(data)
+    team = hf_team("signal.yaml", model, max_new_tokens=new_tokens, stop=[])
     cfg = TrainConfig(episodes_per_iter=episodes, group_size=group, epochs=1, minibatches=1,
                       warmup_source="none", kl_coef=0.0, eval_every=10**6,
                       checkpoint_every=10**6, transcripts_per_iter=0)

@@ -44,7 +44,7 @@ from marl.policies.hf_local import build_tiny_hf
 from marl.policies.lm import LMPolicy
 from marl.rollout import collect
 from marl.runner import build_policies
-from marl.team import load_team
+from marl.team import Team, load_team
 from marl.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,15 +184,20 @@ def sequential_update(t, rows: list[tuple], cfg: TrainConfig) -> None:
             t.optimizer.step()
 
 
+def hf_team(scenario: str, model: Path, **policy) -> Team:
+    """A shipped scenario with every policy on the ``hf`` backend at ``model`` (plus
+    ``policy`` settings)."""
+    data = yaml.safe_load((ROOT / "scenarios" / scenario).read_text())
+    data["policies"] = {n: {**p, "backend": "hf", "path": str(model), **policy}
+                        for n, p in data["policies"].items()}
+    return load_team(data)
+
+
 def throughput(out: Path, episodes: int, group: int, epochs: int, minibatches: int) -> None:
     """Samples (completions) per second of one MAGRPO iteration on a locally built tiny
     HF Llama: the batched engine and update vs generation and the same update one
     sequence at a time."""
-    model = build_tiny_hf(out / "hf")
-    data = yaml.safe_load((ROOT / "scenarios" / "gather_star.yaml").read_text())
-    data["policies"] = {n: {**p, "backend": "hf", "path": str(model)}
-                        for n, p in data["policies"].items()}
-    team = load_team(data)
+    team = hf_team("gather_star.yaml", build_tiny_hf(out / "hf"))
     cfg = TrainConfig(episodes_per_iter=episodes, group_size=group, epochs=epochs,
                       minibatches=minibatches, warmup_source="none")
     trainer = Trainer(team, cfg, out / "batched")

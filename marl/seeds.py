@@ -31,7 +31,7 @@ WARMUP = 8
 #: Minibatch order of policy ``j``'s update: ``(batch_seed, SHUFFLE, j)``.
 SHUFFLE = 9
 #: The warm-up's habits: the message an agent learns for an observation,
-#: ``(run_seed, HABITS, crc32(agent), crc32(observation))``.
+#: ``(run_seed, HABITS, crc32(agent), crc32(observation), attempt)``.
 HABITS = 10
 
 

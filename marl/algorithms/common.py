@@ -109,13 +109,10 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
         row_adv = adv[bi, batch.call_agent[ki]]
     else:
         row_adv = adv[bi, ki]
-    success = batch.success.float()
-    groups = torch.zeros(int(batch.group_ids.max()) + 1).scatter_reduce(
-        0, batch.group_ids, success, "amin", include_self=False)
     s = Samples(prompts=[batch.prompt_ids[b][k] for b, k in rows],
                 completions=[batch.tokens[b, k][batch.mask[b, k]].tolist() for b, k in rows],
                 old_logprobs=batch.logprobs[bi, ki], mask=mask, advantages=row_adv,
-                demos=demos, solved=groups[batch.group_ids][bi] > 0)
+                demos=demos, solved=batch.group_solved[bi])
     if oracle is None or not with_demos:
         return s
     extra = [(b, k) for b in range(len(oracle.records)) for k in oracle.slots(t.agents).tolist()]

@@ -126,6 +126,7 @@ class HabitPolicy(RandomPolicy):
         out = []
         for r in requests:
             habit = self.rng.random() < self.strength
+            # drawn either way, so later draws do not depend on earlier coins
             fresh = self.task.random_message(r.agent, r.final, self.rng)
             out.append(Completion(self.habits.message(self.team, r.agent, r.observation, r.final)
                                   if habit else fresh))
