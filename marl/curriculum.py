@@ -1,7 +1,7 @@
 """Curricula: the teams of a training run's stages.
 
 A stage overrides the scenario: ``task`` replaces entries of ``task.params`` and
-``scenario`` is merged into the rest (mappings merged key by key, anything else replaced).
+``scenario`` is merged into the rest (see :func:`merge`).
 Every stage is validated as a scenario of its own before training starts, and must keep
 the scenario's agents and policies, since the same weights train through every stage.
 """
@@ -16,15 +16,21 @@ from marl.team import Team, load_team
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """``override`` merged into ``base``: mappings key by key, anything else replaced.
+    """``override`` merged into ``base``: mappings key by key, anything else replaced. A
+    mapping that names another ``kind`` (a topology) or ``name`` (a task) than the one it
+    overrides replaces it whole: the old one's parameters mean nothing to the new one.
 
     >>> merge({"task": {"name": "t", "params": {"a": 1}}}, {"task": {"params": {"b": 2}}})
     {'task': {'name': 't', 'params': {'a': 1, 'b': 2}}}
+    >>> merge({"topology": {"kind": "star", "hub": "x"}}, {"topology": {"kind": "chain"}})
+    {'topology': {'kind': 'chain'}}
     """
     out = dict(base)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
+        old = out.get(key)
+        if isinstance(value, dict) and isinstance(old, dict) and not any(
+                k in value and k in old and value[k] != old[k] for k in ("kind", "name")):
+            out[key] = merge(old, value)
         else:
             out[key] = value
     return out
@@ -37,25 +43,30 @@ def stage_name(curriculum: list[Stage], index: int) -> str | None:
     return curriculum[index].name or f"stage_{index}"
 
 
+def variant(team: Team, overrides: dict[str, Any], where: str) -> Team:
+    """``team``'s scenario with ``overrides`` merged in (see :func:`merge`), validated; it
+    must keep the agents and their policies, since the same weights go on training."""
+    data = merge(team.scenario.model_dump(mode="json", exclude_unset=True), overrides)
+    try:
+        changed = load_team(data, source=f"{team.source or team.name}, {where}")
+    except ScenarioError as exc:
+        raise MarlError(f"{where} makes the scenario invalid:\n{exc}") from None
+    if changed.ids != team.ids or changed.scenario.policies != team.scenario.policies or [
+            a.policy for a in changed.agents] != [a.policy for a in team.agents]:
+        raise MarlError(f"{where} changes the agents or policies; the same policies train "
+                        "on, so it may change the task, topology, protocol or costs but not "
+                        "agents or policies.")
+    return changed
+
+
 def stage_teams(team: Team, curriculum: list[Stage]) -> list[Team]:
     """One team per stage (just ``team`` without a curriculum)."""
     if not curriculum:
         return [team]
-    base = team.scenario.model_dump(mode="json", exclude_unset=True)
     teams = []
     for i, stage in enumerate(curriculum):
-        data = merge(base, stage.scenario)
+        overrides = dict(stage.scenario)
         if stage.task:
-            data = merge(data, {"task": {"params": stage.task}})
-        where = f"curriculum[{i}] ({stage_name(curriculum, i)})"
-        try:
-            staged = load_team(data, source=f"{team.source or team.name}, {where}")
-        except ScenarioError as exc:
-            raise MarlError(f"{where} makes the scenario invalid:\n{exc}") from None
-        if staged.ids != team.ids or staged.scenario.policies != team.scenario.policies or [
-                a.policy for a in staged.agents] != [a.policy for a in team.agents]:
-            raise MarlError(f"{where} changes the agents or policies; a curriculum trains the "
-                            "same policies through every stage, so a stage may change the "
-                            "task, topology, protocol or costs but not agents or policies.")
-        teams.append(staged)
+            overrides = merge(overrides, {"task": {"params": stage.task}})
+        teams.append(variant(team, overrides, f"curriculum[{i}] ({stage_name(curriculum, i)})"))
     return teams

@@ -28,6 +28,7 @@ on CPU the resumed metrics equal an uninterrupted run's.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -38,14 +39,15 @@ from typing import Any
 
 import torch
 import yaml
+from pydantic import ValidationError
 
 from marl import seeds
 from marl.algorithms import learner_class
 from marl.algorithms.common import begin_rl
 from marl.algorithms.config import TrainConfig
 from marl.algorithms.warmup import Habits, warmup_step
-from marl.curriculum import stage_name, stage_teams
-from marl.errors import MarlError
+from marl.curriculum import stage_name, stage_teams, variant
+from marl.errors import ConfigError, MarlError
 from marl.io import (
     append_jsonl,
     atomic_dir,
@@ -57,16 +59,32 @@ from marl.io import (
 from marl.ledger import Ledger
 from marl.rollout import EpisodeBatch, collect
 from marl.runner import build_policies
+from marl.scenario import problems_from
 from marl.team import Team
+
+#: Settings that may change between steps (:meth:`Trainer.set`), as populations mutate them.
+MUTABLE = ("lr", "entropy_coef", "clip_low", "clip_high", "temperature", "penalty_per_1k",
+           "topology")
 
 
 class Trainer:
+    """Trains a team: ``step()`` runs one warm-up step or RL iteration, logs and
+    checkpoints it; ``train()`` runs steps until the config's budget is spent.
+
+    ``policies`` (agent id -> policy): start from these instead of building the scenario's
+    policies afresh. ``append``: log into ``out`` even if it already holds rows (a
+    population member that restores a checkpoint of its own, see :meth:`restore`).
+    """
+
     def __init__(self, team: Team, cfg: TrainConfig, out: Path, resume: bool = False,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, policies: dict | None = None,
+                 append: bool = False):
         self.cfg, self.out = cfg, Path(out)
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
+        self.base = team  # the scenario as given; set() derives topology / cost variants
         self.teams = stage_teams(team, cfg.curriculum)
-        self.policies = build_policies(team, seed=seeds.derive_seed(cfg.seed, seeds.INIT))
+        self.policies = policies or build_policies(
+            team, seed=seeds.derive_seed(cfg.seed, seeds.INIT))
         self.learner = learner_class(cfg.algorithm)(self.teams[0], self.policies, cfg)
         if not self.learner.trainables:
             raise MarlError(f"{team.name} has no trainable policy: give at least one policy "
@@ -82,10 +100,11 @@ class Trainer:
         self._saved_step = -1
         self._step_start: float | None = None
         self.rows: list[dict[str, Any]] = []
+        self.changed: dict[str, Any] = {}  # settings changed by set(), kept in checkpoints
         self._wandb = None
         if resume:
             self._resume()
-        elif (self.out / "metrics.jsonl").exists():
+        elif (self.out / "metrics.jsonl").exists() and not append:
             raise MarlError(f"{self.out} already holds a run; pass --resume to continue it "
                             "or choose another --out.")
 
@@ -103,7 +122,10 @@ class Trainer:
         return "warmup" if self.warmed < self.cfg.warmup else "rl"
 
     # -- checkpoints -------------------------------------------------------------------
-    def _save(self, tag: str) -> Path:
+    def save(self, path: Path) -> Path:
+        """Write a checkpoint to the directory ``path`` (atomically): every trainable
+        policy's weights (loadable by ``marl run --checkpoint``), the optimizers, the
+        counters, the KL reference and the settings changed by :meth:`set`."""
         def write(tmp: Path) -> None:
             for t in self.learner.trainables:
                 t.policy.save(tmp / t.name)
@@ -111,18 +133,84 @@ class Trainer:
                         "habits": self.habits.table,
                         "stage": self.stage, "stage_start": self.stage_start,
                         "learner": self.learner.state_dict(), "best": self.best,
-                        "wall": self._now()}, tmp / "state.pt")
+                        "wall": self._now(), "settings": self.changed,
+                        "reference": _references(self.learner.trainables)}, tmp / "state.pt")
 
-        final = atomic_dir(self.out / "checkpoints" / tag, write)
+        final = atomic_dir(path, write)
         self._last_checkpoint, self._saved_step = self._now(), self.step_count
         return final
+
+    def restore(self, path: Path) -> None:
+        """Continue from the checkpoint in ``path`` (written by :meth:`save`): weights,
+        optimizers, counters, curriculum stage and changed settings. The logs are left as
+        they are (``resume`` truncates them to the checkpoint)."""
+        path = Path(path)
+        missing = [t.name for t in self.learner.trainables if not (path / t.name).is_dir()]
+        if missing or not (path / "state.pt").is_file():
+            raise MarlError(f"{path} is not a complete checkpoint (missing "
+                            f"{missing or 'state.pt'}); a checkpoint holds one folder per "
+                            "trainable policy and state.pt.")
+        state = torch.load(path / "state.pt", weights_only=False)
+        self._load_weights(path)
+        self.learner.load_state_dict(state["learner"])
+        self.iteration, self.warmed, self.best, self.wall = (
+            state["iteration"], state["warmed"], state["best"], state["wall"])
+        self.stage, self.stage_start = state["stage"], state["stage_start"]
+        self.habits = Habits(self.cfg.seed, state["habits"])
+        self.changed = {}
+        self.set(**state.get("settings", {}))
+        self.learner.team = self.team
+        if self.phase == "rl":
+            reference = state.get("reference")
+            if not reference:  # written before checkpoints carried their reference
+                warm = self.out / "checkpoints" / "warmup"
+                reference = self._weights(warm if warm.is_dir() else None)
+            begin_rl(self.learner.trainables, self.cfg, reference=reference,
+                     reset_optimizer=False)
+        self._last_checkpoint, self._saved_step = self.wall, self.step_count
+
+    def set(self, **settings: Any) -> None:
+        """Change settings between steps (names in :data:`MUTABLE`): ``lr`` (every
+        optimizer's learning rate), ``entropy_coef``, ``clip_low``, ``clip_high``,
+        ``temperature`` (sampling of every trainable policy), ``penalty_per_1k`` (the
+        scenario's token penalty) and ``topology`` (a scenario ``topology`` mapping; the
+        agents and their policies, hence the weights, stay)."""
+        unknown = sorted(set(settings) - set(MUTABLE))
+        if unknown:
+            raise MarlError(f"cannot change {', '.join(unknown)} during training; the "
+                            f"settings that can change between steps are {', '.join(MUTABLE)}.")
+        # Everything is checked before anything changes.
+        trained = {k: settings[k] for k in ("lr", "entropy_coef", "clip_low", "clip_high")
+                   if k in settings}
+        cfg = _revalidated(self.cfg, trained) if trained else self.cfg
+        temperature = settings.get("temperature")
+        if temperature is not None and not (isinstance(temperature, int | float)
+                                            and temperature > 0):
+            raise MarlError(f"temperature must be a number > 0 (got {temperature!r}); greedy "
+                            "play is for evaluation only.")
+        scenario = {**({"costs": {"penalty_per_1k": settings["penalty_per_1k"]}}
+                       if "penalty_per_1k" in settings else {}),
+                    **({"topology": settings["topology"]} if "topology" in settings else {})}
+        teams = (stage_teams(variant(self.base, scenario, "set()"), cfg.curriculum)
+                 if scenario else self.teams)
+        self.cfg, self.teams = cfg, teams
+        self.learner.cfg, self.learner.team = cfg, self.team
+        if "lr" in trained:
+            for opt in self.learner.optimizers():
+                for group in opt.param_groups:
+                    group["lr"] = cfg.lr
+        if temperature is not None:
+            for t in self.learner.trainables:
+                t.policy.sampling = dataclasses.replace(t.policy.sampling,
+                                                        temperature=float(temperature))
+        self.changed.update(settings)
 
     def _checkpoint(self, is_best: bool = False) -> None:
         prefix = "warmup_" if self.phase == "warmup" else "iter_"
         count = self.warmed if self.phase == "warmup" else self.iteration
-        self._save(f"{prefix}{count:06d}")
+        self.save(self.out / "checkpoints" / f"{prefix}{count:06d}")
         if is_best:
-            self._save("best")
+            self.save(self.out / "checkpoints" / "best")
         kept = sorted((self.out / "checkpoints").glob(f"{prefix}*"))
         for stale in kept[: -self.cfg.keep_checkpoints]:
             shutil.rmtree(stale)
@@ -132,7 +220,7 @@ class Trainer:
         team, and the reference of the KL term), drop the intermediate ones, start RL."""
         begin_rl(self.learner.trainables, self.cfg)
         self.habits = Habits(self.cfg.seed)  # learnt; RL never needs the table again
-        self._save("warmup")
+        self.save(self.out / "checkpoints" / "warmup")
         for stale in (self.out / "checkpoints").glob("warmup_*"):
             shutil.rmtree(stale)
 
@@ -152,24 +240,11 @@ class Trainer:
             self.log(f"resuming {self.out}: no checkpoint yet, starting from the beginning")
             self._truncate_logs()
             return
-        missing = [t.name for t in self.learner.trainables if not (last / t.name).is_dir()]
-        if missing or not (last / "state.pt").is_file():
-            raise MarlError(f"--resume: {last} is incomplete (missing {missing or 'state.pt'})"
-                            "; delete that folder to resume from the one before.")
-        state = torch.load(last / "state.pt", weights_only=False)
-        self._load_weights(last)
-        self.learner.load_state_dict(state["learner"])
-        self.iteration, self.warmed, self.best, self.wall = (
-            state["iteration"], state["warmed"], state["best"], state["wall"])
-        self.stage, self.stage_start = state["stage"], state["stage_start"]
-        self.habits = Habits(self.cfg.seed, state["habits"])
-        self.learner.team = self.team
-        if self.phase == "rl":
-            reference = self.out / "checkpoints" / "warmup"
-            begin_rl(self.learner.trainables, self.cfg,
-                     reference=self._weights(reference) if reference.is_dir() else
-                     self._weights(None), reset_optimizer=False)
-        self._last_checkpoint, self._saved_step = self.wall, self.step_count
+        try:
+            self.restore(last)
+        except MarlError as exc:
+            raise MarlError(f"--resume: {exc} Delete that folder to resume from the one "
+                            "before.") from None
         self._truncate_logs()
         self.log(f"resuming {self.out} after {self._where()}")
 
@@ -383,6 +458,27 @@ class Trainer:
         if self._wandb is not None:
             self._wandb.finish()
         return summary
+
+
+def _references(trainables: list) -> dict[str, list[torch.Tensor]]:
+    """The KL term's frozen reference of each trainable policy, in ``parameters()`` order
+    (empty before RL or without a KL term)."""
+    out = {}
+    for t in trainables:
+        if t.reference is not None:
+            pairs = zip(t.reference.model.parameters(), t.policy.module.parameters(), strict=True)
+            out[t.name] = [p.detach().clone() for p, q in pairs if q.requires_grad]
+    return out
+
+
+def _revalidated(cfg: TrainConfig, changes: dict[str, Any]) -> TrainConfig:
+    """``cfg`` with ``changes``, validated like a config file."""
+    try:
+        return TrainConfig.model_validate({**cfg.model_dump(), **changes})
+    except ValidationError as exc:
+        problems = problems_from(exc, TrainConfig)
+        raise ConfigError("invalid setting:\n" + "\n".join(
+            "  " + p.render("set()") for p in problems)) from None
 
 
 def _wandb_run(cfg: TrainConfig, out: Path, team: Team):

@@ -276,6 +276,9 @@ class PPO:
         self.sft_coef *= self.cfg.sft_decay
         return stats
 
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [t.optimizer for t in self.trainables] + [c.optimizer for c in self.critics]
+
     def state_dict(self) -> dict:
         return {"sft_coef": self.sft_coef,
                 "optimizers": {t.name: t.optimizer.state_dict() for t in self.trainables},
