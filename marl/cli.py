@@ -1,4 +1,4 @@
-"""The ``marl`` command line: validate, cost, run and topology."""
+"""The ``marl`` command line: validate, cost, run, train, population and topology."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="llm-marl: simulate, price and train teams of LLM agents.")
 topology_app = typer.Typer(no_args_is_help=True, help="Inspect topology generators.")
 app.add_typer(topology_app, name="topology")
+population_app = typer.Typer(no_args_is_help=True, help="Populations of teams on Ray.")
+app.add_typer(population_app, name="population")
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -294,6 +296,59 @@ def topology_show(
     out.print(render_text(graph), highlight=False)
     if out_png is not None:
         out.print(f"wrote {draw_png(graph, out_png, title=f'{kind} ({agents} agents)')}")
+
+
+@population_app.command("pbt")
+@guarded
+def population_pbt(
+    scenario: Path,
+    config: Path | None = typer.Option(None, help="Population config (e.g. "
+                                                  "configs/population/pbt.yaml)."),
+    sets: list[str] = typer.Option([], "--set", help="Population config override key=value."),
+    members: int | None = typer.Option(None, min=2, help="Members (overrides the config)."),
+    address: str | None = typer.Option(None, help="Ray cluster to join (default: RAY_ADDRESS, "
+                                                  "else a local Ray on this machine)."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Population directory (default "
+                                                            "runs/NAME-pbt)."),
+    resume: bool = typer.Option(False, help="Continue the population in --out."),
+) -> None:
+    """Population-based training (Ray Tune PBT) over settings and topologies."""
+    # The CLI is the one place in marl/ that reaches up into populations/, lazily.
+    try:
+        from populations.config import load_pbt_config
+        from populations.pbt import run_pbt
+    except ImportError as exc:
+        if "ray" not in str(exc):
+            raise
+        raise MarlError("marl population needs Ray: pip install -e '.[ray]'") from None
+    from marl.team import load_team
+
+    team = load_team(scenario)
+    cfg = load_pbt_config(config, [*sets, *([f"members={members}"] if members else [])])
+    target = out_dir or Path("runs") / f"{team.name}-pbt"
+    searched = ", ".join(cfg.mutations)
+    out.print(f"{team.name}: {cfg.members} members x {cfg.budget_steps} steps, reports every "
+              f"{cfg.perturbation_interval} steps, objective {cfg.objective}, searching "
+              f"{searched}; {cfg.resources.cpus:g} CPU / {cfg.resources.gpus:g} GPU per "
+              f"member; writing {target}", highlight=False)
+    population = run_pbt(scenario, cfg, target, address=address, resume=resume,
+                         log=lambda msg: err.print(msg, highlight=False))
+    table = Table("member", "steps", "objective", "cost USD", *cfg.mutations)
+    for m in population["members"]:
+        settings = m["history"][-1]["settings"] if m["history"] else {}
+        table.add_row(m["id"], str(m["steps"]),
+                      f"{m['final']['objective']:.3f}" if m["final"] else "-",
+                      f"{m['cost_usd']:.4f}", *(_setting(settings.get(k)) for k in cfg.mutations))
+    out.print(table)
+    best = population["best"]
+    out.print(f"{population['exploits']} exploits (exploits.jsonl); best member "
+              f"{best['id']} with objective {best['final']['objective']:.3f}, checkpoint "
+              f"{best['checkpoint']} (marl run {scenario} --checkpoint {best['checkpoint']})",
+              highlight=False)
+
+
+def _setting(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def main() -> None:

@@ -1,0 +1,54 @@
+"""A population on a simulated two-node cluster with logical GPUs: members are spread over
+the nodes and get the resources they ask for. Runs in its own process, since a process
+joins one Ray cluster and the session's local Ray is another."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from tests.marl.conftest import ROOT
+
+SCRIPT = """
+import json, sys
+from ray.cluster_utils import Cluster
+from populations.config import PBTConfig
+from populations.pbt import run_pbt
+from populations.session import ray_session
+
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 1})
+cluster.add_node(num_cpus=1, num_gpus=1)
+cluster.wait_for_nodes()
+cfg = PBTConfig.model_validate(json.loads(sys.argv[2]))
+with ray_session(cluster.address):
+    run_pbt(sys.argv[1], cfg, sys.argv[3], address=cluster.address, log=lambda m: None)
+cluster.shutdown()
+"""
+
+
+def test_members_are_spread_over_nodes_with_their_gpus(tmp_path):
+    from populations.session import QUIET
+
+    cfg = {"members": 2, "budget_steps": 4, "perturbation_interval": 2,
+           "quantile_fraction": 0.5, "resources": {"cpus": 1, "gpus": 1},
+           "mutations": {"lr": [1e-3, 3e-3]},
+           "train": {"warmup_steps": 1, "warmup_episodes": 2, "episodes_per_iter": 2,
+                     "group_size": 2, "eval_episodes": 2, "eval_every": 100,
+                     "checkpoint_every": 1000, "transcripts_per_iter": 0}}
+    out = tmp_path / "pop"
+    short = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths are <= 107 bytes
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", SCRIPT, str(ROOT / "scenarios" / "signal.yaml"),
+             json.dumps(cfg), str(out)], env={**os.environ, **QUIET, "RAY_TMPDIR": short},
+            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summaries = [json.loads(p.read_text()) for p in sorted(out.glob("members/*/summary.json"))]
+    assert len(summaries) == 2
+    assert len({s["node"] for s in summaries}) == 2  # one member per node: 1 CPU each
+    assert all(len(s["gpu_ids"]) == 1 for s in summaries)
+    assert all(s["device"] == "cpu" for s in summaries)  # logical GPUs: no CUDA here
