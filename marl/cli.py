@@ -146,6 +146,10 @@ def run(
               f"{summary['token_penalty_mean']:.4f})  {summary['episodes_per_s']:.1f} episodes/s"
               f"  {summary['tokens_per_s']:,.0f} generated tokens/s",
               highlight=False)
+    for side, figures in summary.get("sides", {}).items():
+        out.print(f"team {side}: success rate {figures['success_rate']:.3f}  score "
+                  f"{figures['score_mean']:.4f}  reward {figures['reward_mean']:.4f}  "
+                  f"{figures['tokens_per_episode']:.0f} tokens/episode", highlight=False)
     out.print("format valid: " + ", ".join(f"{a} {r:.3f}" for a, r in
                                            summary["format_valid_rate"].items())
               + "   agrees with the oracle: " + ", ".join(
@@ -258,13 +262,16 @@ def _row_text(row: dict[str, Any]) -> str:
         text = (f"iter {row['iteration']}: success {row['success_rate']:.3f} reward "
                 f"{row['reward_mean']:.3f} tokens/ep {row['tokens_per_episode']:.0f} loss "
                 f"{row['loss']:.3f} {row['samples_per_s']:.0f} samples/s")
+        if "side_reward_mean" in row:  # competitive: every team's reward
+            text += " | reward " + ", ".join(f"{side} {v:.3f}"
+                                             for side, v in row["side_reward_mean"].items())
     if row.get("stage"):
         text = f"[{row['stage']}] {text}"
     if "eval_success_rate" in row:
         text += f" | eval success {row['eval_success_rate']:.3f}"
         text += "".join(f", {k.removeprefix('eval_').removesuffix('_success_rate')} "
                         f"{v:.3f}" for k, v in row.items()
-                        if k.endswith("_success_rate") and k not in (
+                        if k.endswith("_success_rate") and not isinstance(v, dict) and k not in (
                             "eval_success_rate", "success_rate"))
     return text
 
@@ -345,6 +352,45 @@ def population_pbt(
               f"{best['id']} with objective {best['final']['objective']:.3f}, checkpoint "
               f"{best['checkpoint']} (marl run {scenario} --checkpoint {best['checkpoint']})",
               highlight=False)
+
+
+@population_app.command("league")
+@guarded
+def population_league(
+    scenario: Path,
+    config: Path | None = typer.Option(None, help="League config (e.g. "
+                                                  "configs/population/league.yaml)."),
+    sets: list[str] = typer.Option([], "--set", help="League config override key=value."),
+    address: str | None = typer.Option(None, help="Ray cluster to join (default: RAY_ADDRESS, "
+                                                  "else a local Ray on this machine)."),
+    out_dir: Path | None = typer.Option(None, "--out", help="League directory (default "
+                                                            "runs/NAME-league)."),
+) -> None:
+    """Self-play league on a competitive scenario: PFSP opponents, snapshots, ratings."""
+    try:
+        from populations.config import load_league_config
+        from populations.league import run_league
+    except ImportError as exc:
+        if "ray" not in str(exc) and "openskill" not in str(exc):
+            raise
+        raise MarlError("marl population needs Ray: pip install -e '.[ray]'") from None
+    from marl.team import load_team
+
+    team = load_team(scenario)
+    cfg = load_league_config(config, sets)
+    target = out_dir or Path("runs") / f"{team.name}-league"
+    out.print(f"{team.name}: league of teams {', '.join(team.sides)}; {cfg.generations} "
+              f"generations x {cfg.iterations_per_generation} iterations, matches of "
+              f"{2 * cfg.match_episodes} games, PFSP {cfg.pfsp}; writing {target}",
+              highlight=False)
+    result = run_league(scenario, cfg, target, address=address,
+                        log=lambda msg: out.print(msg, highlight=False))
+    table = Table("snapshot", "mu", "sigma", "ordinal")
+    for name, r in result["ratings"].items():
+        table.add_row(name, f"{r['mu']:.2f}", f"{r['sigma']:.2f}", f"{r['ordinal']:.2f}")
+    out.print(table)
+    out.print(f"wrote {target / 'ratings.json'}, {target / 'winrates.json'} and "
+              f"{target / 'league.png'}", highlight=False)
 
 
 def _setting(value: Any) -> str:

@@ -228,21 +228,36 @@ class TeamEnv(ParallelEnv):
 
     def _finish(self, infos: dict[str, dict[str, Any]]):
         last = self.team.rounds - 1
-        answers = [self._messages[(a, last)] for a in self.team.answer_agents]
-        answer = self.team.task.team_answer(answers)
-        score = self.team.task.score(self.instance, answer)
+        task = self.team.task
+        answers = {side: [self._messages[(a, last)] for a in voters]
+                   for side, voters in self.team.side_answers.items()}
+        team_answers = {side: task.team_answer(votes) for side, votes in answers.items()}
+        scores = task.score_sides(self.instance, team_answers)
+        sides = {}
+        for side, members in self.team.sides.items():
+            used = sum(r.prompt_tokens + r.completion_tokens for r in self.rows
+                       if r.agent in members)
+            penalty = token_penalty(used, self.team.penalty_per_1k)
+            sides[side] = {"answer": team_answers[side], "answers": answers[side],
+                           "score": scores[side], "success": scores[side] >= 1.0,
+                           "token_penalty": penalty, "reward": scores[side] - penalty,
+                           "tokens": used}
         tokens = sum(r.prompt_tokens + r.completion_tokens for r in self.rows)
-        penalty = token_penalty(tokens, self.team.penalty_per_1k)
         cost = sum((r.cost_usd for r in self.rows), Decimal(0))
-        self.result = {"answer": answer, "answers": answers, "target": self.instance.answer,
-                       "score": score, "success": score >= 1.0, "token_penalty": penalty,
-                       "reward": score - penalty, "tokens": tokens, "cost_usd": cost,
+        # The first side is the one the top-level fields describe (the only one when the
+        # scenario is cooperative); a competitive episode also lists every side.
+        home = sides[next(iter(sides))]
+        self.result = {**{k: home[k] for k in ("answer", "answers", "score", "success",
+                                                 "token_penalty", "reward")},
+                       "target": self.instance.answer, "tokens": tokens, "cost_usd": cost,
                        "split": self.split, "instance": self.instance.data}
+        if self.team.competitive:
+            self.result["sides"] = sides
         done = self.agents
         obs = {a: f"{a}: episode over after {self.team.rounds} round(s)." for a in done}
         for a in done:
             infos[a].update(self.result, scheduled=False, final_call=False)
-        rewards = dict.fromkeys(done, score - penalty)
+        rewards = {a: sides[self.team.side_of(a)]["reward"] for a in done}
         self.agents = []
         return obs, rewards, dict.fromkeys(done, True), dict.fromkeys(done, False), infos
 

@@ -53,6 +53,17 @@ class EpisodeBatch:
     oracle_agrees: torch.Tensor  # (B, K) the message is what the task oracle would send
     records: list[dict[str, Any]] = field(default_factory=list)  # transcripts and results
     rows: list[LedgerRow] = field(default_factory=list)
+    # Sides (teams of a competitive scenario; one side otherwise). ``score`` and
+    # ``token_penalty`` above are the first side's.
+    sides: tuple[str, ...] = ()
+    side_score: torch.Tensor | None = None  # (B, S)
+    side_penalty: torch.Tensor | None = None  # (B, S) penalty of each side's own tokens
+    agent_side: torch.Tensor | None = None  # (N,) side index of each agent
+
+    @property
+    def agent_return(self) -> torch.Tensor:
+        """(B, N): each agent's reward, its side's score minus its side's token penalty."""
+        return (self.side_score - self.side_penalty)[:, self.agent_side]
 
     @property
     def reward(self) -> torch.Tensor:
@@ -184,6 +195,13 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, seen: dict,
     results = [env.result or {} for env in envs]
     rows = [row for env in envs for row in env.rows]
     ledger = Ledger(rows).to_tensors([env.episode for env in envs], team.rounds, list(team.ids))
+    sides = tuple(team.sides)
+    if team.competitive:
+        side_score = [[res["sides"][x]["score"] for x in sides] for res in results]
+        side_penalty = [[res["sides"][x]["token_penalty"] for x in sides] for res in results]
+    else:
+        side_score = [[res["score"]] for res in results]
+        side_penalty = [[res["token_penalty"]] for res in results]
     records = [{**{k: v for k, v in res.items() if k != "cost_usd"},
                 "cost_usd": str(res["cost_usd"]), "group": b // group_size,
                 "transcript": env.transcript, "ledger": [r.to_json() for r in env.rows]}
@@ -202,4 +220,6 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, seen: dict,
         valid=torch.tensor([[m["valid"] for m in env.transcript] for env in envs]),
         oracle_agrees=torch.tensor([[m["oracle_agrees"] for m in env.transcript]
                                     for env in envs]),
-        records=records, rows=rows)
+        records=records, rows=rows, sides=sides, side_score=torch.tensor(side_score),
+        side_penalty=torch.tensor(side_penalty),
+        agent_side=torch.tensor([sides.index(team.side_of(a)) for a in team.ids]))

@@ -88,6 +88,14 @@ def summarize(result: RunResult, policy: str | None = None) -> dict[str, Any]:
         return sum(mine) / len(mine)
 
     predicted = prediction_json(team, predict_team(team, backend=policy), backend=policy)
+    sides = {}
+    if team.competitive:  # every team's own figures; the top-level ones are the first team's
+        for side in team.sides:
+            mine = [e["sides"][side] for e in result.episodes]
+            sides[side] = {"success_rate": sum(bool(x["success"]) for x in mine) / n,
+                           "score_mean": sum(x["score"] for x in mine) / n,
+                           "reward_mean": sum(x["reward"] for x in mine) / n,
+                           "tokens_per_episode": sum(x["tokens"] for x in mine) / n}
     return {
         "scenario": team.name,
         "policy": policy or {name: p.backend for name, p in team.scenario.policies.items()},
@@ -108,5 +116,6 @@ def summarize(result: RunResult, policy: str | None = None) -> dict[str, Any]:
         "tokens_per_s": ledger.total().completion / result.wall_s if result.wall_s else None,
         "wall_s": result.wall_s,
         "episodes_per_s": n / result.wall_s if result.wall_s > 0 else None,
+        **({"sides": sides} if sides else {}),
     }
 

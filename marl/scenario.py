@@ -111,7 +111,15 @@ class AnswerSpec(StrictModel):
 
 class ProtocolSpec(StrictModel):
     rounds: int = Field(1, ge=1, le=1000, description="Rounds; every agent acts once a round.")
-    answer: AnswerSpec = Field(description="Agent id or {vote: [ids]} giving the team answer.")
+    answer: AnswerSpec | None = Field(None, description="Agent id or {vote: [ids]} giving the "
+                                      "team answer (with teams: each team's own answer).")
+
+
+class TeamSpec(StrictModel):
+    """One side of a competitive scenario: its agents and who answers for it."""
+
+    agents: list[str] = Field(min_length=1, description="Agent ids on this team.")
+    answer: AnswerSpec = Field(description="Agent id or {vote: [ids]} giving the team's answer.")
 
 
 class CostSpec(StrictModel):
@@ -139,6 +147,9 @@ class Scenario(StrictModel):
     topology: TopologySpec
     protocol: ProtocolSpec
     costs: CostSpec = Field(default_factory=CostSpec)
+    teams: dict[str, TeamSpec] | None = Field(
+        None, description="Competitive scenarios: two or more teams, each with its agents and "
+        "answer; every agent is on exactly one team and gets its team's reward.")
     seed: int = Field(0, ge=0, description="Default seed of episodes.")
 
     @field_validator("agents", mode="before")

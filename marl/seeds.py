@@ -33,6 +33,8 @@ SHUFFLE = 9
 #: The warm-up's habits: the message an agent learns for an observation,
 #: ``(run_seed, HABITS, crc32(agent), crc32(observation), attempt)``.
 HABITS = 10
+#: A league's opponent draws, learner iterations and matches.
+LEAGUE = 11
 
 
 def derive_seed(seed: int, *path: int) -> int:

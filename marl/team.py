@@ -58,6 +58,18 @@ class Team:
     answer_agents: tuple[str, ...]
     prices: dict[str, TokenPrice]
     models: dict[str, str]
+    #: Teams of a competitive scenario (``teams:``), name -> agents; a cooperative scenario
+    #: is one side, named after the scenario, holding every agent.
+    sides: dict[str, tuple[str, ...]]
+    #: Who answers for each side.
+    side_answers: dict[str, tuple[str, ...]]
+
+    @property
+    def competitive(self) -> bool:
+        return len(self.sides) > 1
+
+    def side_of(self, agent_id: str) -> str:
+        return next(name for name, members in self.sides.items() if agent_id in members)
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -203,7 +215,7 @@ def _unknown_model(path: str, model: str) -> Problem:
 
 
 def _build_task(scn: Scenario, ids: list[str], answer: list[str],
-                problems: list[Problem]) -> Task | None:
+                sides: dict[str, tuple[str, ...]], problems: list[Problem]) -> Task | None:
     try:
         cls = task_class(scn.task.name)
     except MarlError as exc:
@@ -214,7 +226,13 @@ def _build_task(scn: Scenario, ids: list[str], answer: list[str],
     except ValidationError as exc:
         problems.extend(problems_from(exc, cls.Params, prefix=("task", "params")))
         return None
-    return cls(params, ids, answer)
+    if cls.competitive != (scn.teams is not None):
+        problems.append(Problem("teams", f"{cls.id} is a competitive task: give two or more "
+                                "teams (teams: {red: {agents: [...], answer: ...}, ...})."
+                                if cls.competitive else f"{cls.id} is a cooperative task "
+                                "(one team); teams need a competitive task such as cipher_v0."))
+        return None
+    return cls(params, ids, answer, sides)
 
 
 def _build_topology(scn: Scenario, ids: list[str],
@@ -227,9 +245,10 @@ def _build_topology(scn: Scenario, ids: list[str],
         return None
 
 
-def _check_answer(scn: Scenario, ids: list[str], problems: list[Problem]) -> list[str]:
-    spec = scn.protocol.answer
-    path = "protocol.answer" + (".vote" if spec.vote is not None else "")
+def _answer_agents(spec: Any, path: str, ids: list[str] | tuple[str, ...],
+                   problems: list[Problem]) -> list[str]:
+    """The agents of an answer spec that exist and are listed once."""
+    path += ".vote" if spec.vote is not None else ""
     good = []
     for i, a in enumerate(spec.agents):
         at = f"{path}[{i}]" if spec.vote is not None else path
@@ -241,6 +260,47 @@ def _check_answer(scn: Scenario, ids: list[str], problems: list[Problem]) -> lis
         else:
             good.append(a)
     return good
+
+
+def _check_sides(scn: Scenario, ids: list[str], problems: list[Problem]
+                 ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """Sides and their answer agents: the scenario's teams, or one side of everyone."""
+    if scn.teams is None:
+        if scn.protocol.answer is None:
+            problems.append(Problem("protocol.answer", "missing: name the agent that answers "
+                                    "(answer: lead) or the voters (answer: {vote: [a, b]})."))
+            return {scn.name: tuple(ids)}, {scn.name: ()}
+        answer = _answer_agents(scn.protocol.answer, "protocol.answer", ids, problems)
+        return {scn.name: tuple(ids)}, {scn.name: tuple(answer)}
+    if scn.protocol.answer is not None:
+        problems.append(Problem("protocol.answer", "with teams, each team names its own "
+                                "answer (teams.<name>.answer); remove protocol.answer."))
+    if len(scn.teams) < 2:
+        problems.append(Problem("teams", f"a competitive scenario needs two or more teams, "
+                                f"got {len(scn.teams)}; without opponents, drop teams and "
+                                "use protocol.answer."))
+    sides, answers, owner = {}, {}, {}
+    for name, spec in scn.teams.items():
+        members = []
+        for i, a in enumerate(spec.agents):
+            at = f"teams.{name}.agents[{i}]"
+            if a not in ids:
+                problems.append(Problem(at, f"unknown agent {a!r}.{did_you_mean(a, ids)} "
+                                        f"Agents: {listing(ids)}."))
+            elif a in owner:
+                problems.append(Problem(at, f"agent {a!r} is already on team {owner[a]!r}; "
+                                        "every agent plays for one team."))
+            else:
+                owner[a] = name
+                members.append(a)
+        sides[name] = tuple(members)
+        answers[name] = tuple(_answer_agents(spec.answer, f"teams.{name}.answer", members,
+                                             problems))
+    lost = [a for a in ids if a not in owner]
+    if lost:
+        problems.append(Problem("teams", f"{listing(lost)} on no team; every agent plays for "
+                                "exactly one team."))
+    return sides, answers
 
 
 def _check_flow(scn: Scenario, task: Task, topo: CompiledTopology,
@@ -287,8 +347,9 @@ def _resolve(scn: Scenario, source: str | None, problems: list[Problem]) -> Team
     ids = [a.id for a in agents]
     if problems and not ids:
         return None
-    answer = _check_answer(scn, ids, problems)
-    task = _build_task(scn, ids, answer, problems)
+    sides, side_answers = _check_sides(scn, ids, problems)
+    answer = [a for members in side_answers.values() for a in members]
+    task = _build_task(scn, ids, answer, sides, problems)
     built = _build_topology(scn, ids, problems) if ids else None
     if task is None or built is None:
         return None
@@ -302,7 +363,8 @@ def _resolve(scn: Scenario, source: str | None, problems: list[Problem]) -> Team
         return None
     models = {a.id: scn.policies[a.policy].model or scn.costs.model for a in agents}
     prices = {a: token_price(m, scn.costs.overrides) for a, m in models.items()}
-    return Team(scn, source, tuple(agents), graph, topo, task, tuple(answer), prices, models)
+    return Team(scn, source, tuple(agents), graph, topo, task, tuple(answer), prices, models,
+                sides, side_answers)
 
 
 __all__ = ["AGENT_ID", "Agent", "Team", "load_team"]

@@ -292,6 +292,7 @@ class Trainer:
             key = "eval" if split == "train" else f"eval_{split}"
             row[f"{key}_success_rate"] = float(batch.success.float().mean())
             if split == "train":
+                row.update(_side_figures(batch, "eval_"))
                 row.update(eval_reward_mean=float(batch.reward.mean()),
                            eval_format_valid_rate=batch.per_agent_rate(batch.valid),
                            eval_oracle_agreement=batch.per_agent_rate(batch.oracle_agrees))
@@ -423,7 +424,8 @@ class Trainer:
                                                   "counterfactual_tokens",
                                                   "counterfactual_cost_usd")},
                 "skipped_updates": stats.get("skipped", 0.0), "sft_coef": stats.get("sft_coef"),
-                "samples_per_s": int(batch.mask.any(-1).sum()) / seconds}
+                "samples_per_s": int(batch.mask.any(-1).sum()) / seconds,
+                **_side_figures(batch, "")}
 
     def train(self, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         cfg = self.cfg
@@ -458,6 +460,18 @@ class Trainer:
         if self._wandb is not None:
             self._wandb.finish()
         return summary
+
+
+def _side_figures(batch: EpisodeBatch, prefix: str) -> dict[str, Any]:
+    """Each team's reward and success in a competitive batch (the row's top-level figures
+    are the first team's); nothing for a cooperative one."""
+    if len(batch.sides) < 2:
+        return {}
+    return {f"{prefix}side_reward_mean": {
+                s: float((batch.side_score[:, i] - batch.side_penalty[:, i]).mean())
+                for i, s in enumerate(batch.sides)},
+            f"{prefix}side_success_rate": {s: float((batch.side_score[:, i] >= 1).float().mean())
+                                           for i, s in enumerate(batch.sides)}}
 
 
 def _references(trainables: list) -> dict[str, list[torch.Tensor]]:

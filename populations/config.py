@@ -129,6 +129,50 @@ class PBTConfig(BaseModel):
                 for i, (k, s) in enumerate(zip(kinds, specs, strict=True))}
 
 
+class LeagueConfig(BaseModel):
+    """A self-play league on a competitive scenario with two teams."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    generations: int = Field(6, ge=1, description="Training phases of the learner; after "
+                             "each it plays every snapshot, and may become one.")
+    iterations_per_generation: int = Field(
+        60, ge=2, description="Learner iterations per generation, against one opponent drawn "
+        "by PFSP; they alternate the team the learner plays, so both teams learn.")
+    match_episodes: int = Field(32, ge=1, description="Episodes per team in a match (a "
+                                "match plays both ways round: 2 × this many games).")
+    snapshot_win_rate: float = Field(0.55, gt=0, le=1, description="The learner becomes a "
+                                     "snapshot when its mean win rate against the league "
+                                     "reaches this.")
+    pfsp: Literal["squared", "variance", "linear_capped", "uniform"] = Field(
+        "squared", description="Opponent weights from the learner's win rate x against each "
+        "snapshot: squared (1-x)^2, variance x(1-x), linear_capped min(0.5, 1-x), uniform.")
+    seed: int = Field(0, ge=0, description="Seed of the learner, its opponents and matches.")
+    resources: Resources = Field(default_factory=Resources,
+                                 description="What each match (a Ray task) asks Ray for.")
+    train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig overrides "
+                                  "for the learner (its warm-up, lr, group size, ...).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LeagueConfig:
+        fixed = sorted({"seed", "iterations"} & set(self.train))
+        if fixed:
+            raise ValueError(f"train: {', '.join(fixed)} are set by the league (seed, "
+                             "generations x iterations_per_generation); remove them")
+        try:
+            TrainConfig.model_validate(self.train)
+        except ValidationError as exc:
+            found = "; ".join(f"train.{p.path}: {p.message}"
+                              for p in problems_from(exc, TrainConfig))
+            raise ValueError(found) from None
+        return self
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig.model_validate({
+            **self.train, "seed": self.seed,
+            "iterations": self.generations * self.iterations_per_generation})
+
+
 def objective(row: dict[str, Any], cfg: PBTConfig) -> float:
     """A member's score from its latest evaluation (``eval_success_rate``,
     ``eval_reward_mean``) and training cost per episode (``cost_per_episode``).
@@ -148,9 +192,10 @@ def objective(row: dict[str, Any], cfg: PBTConfig) -> float:
     return success
 
 
-def load_pbt_config(path: str | Path | None = None,
-                    sets: list[str] | None = None) -> PBTConfig:
-    """Defaults, then the YAML file's overrides, then ``key=value`` overrides."""
+def load_population_config(model: type[BaseModel], path: str | Path | None = None,
+                           sets: list[str] | None = None) -> Any:
+    """``model`` (PBTConfig or LeagueConfig) from defaults, then the YAML file's overrides,
+    then ``key=value`` overrides."""
     data: dict[str, Any] = {}
     lines: dict = {}
     source = str(path) if path is not None else "--set"
@@ -158,12 +203,22 @@ def load_pbt_config(path: str | Path | None = None,
         raw, lines = read_yaml(path)
         if raw is not None and not isinstance(raw, dict):
             raise ConfigError(f"{path}: a population config holds key: value settings of "
-                              f"PBTConfig, got a {type(raw).__name__}.")
+                              f"{model.__name__}, got a {type(raw).__name__}.")
         data.update(raw or {})
     data.update(parse_sets(sets or []))
     try:
-        return PBTConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
-        problems = problems_from(exc, PBTConfig, lines=lines)
+        problems = problems_from(exc, model, lines=lines)
         raise ConfigError("invalid population config:\n" + "\n".join(
             "  " + p.render(source) for p in problems)) from None
+
+
+def load_pbt_config(path: str | Path | None = None,
+                    sets: list[str] | None = None) -> PBTConfig:
+    return load_population_config(PBTConfig, path, sets)
+
+
+def load_league_config(path: str | Path | None = None,
+                       sets: list[str] | None = None) -> LeagueConfig:
+    return load_population_config(LeagueConfig, path, sets)

@@ -28,6 +28,7 @@ from marl.algorithms.common import (
 )
 from marl.algorithms.config import TrainConfig
 from marl.credit import agent_credit
+from marl.errors import MarlError
 from marl.kernels import group_advantages, group_key
 from marl.ledger import LedgerRow
 from marl.rollout import EpisodeBatch
@@ -46,15 +47,18 @@ def per_agent_advantages(ret: torch.Tensor, group_ids: torch.Tensor,
 class MAGRPO:
     def __init__(self, team: Team, policies: dict, cfg: TrainConfig):
         self.team, self.policies, self.cfg = team, policies, cfg
+        if team.competitive and cfg.credit != "team":
+            raise MarlError(f"credit: {cfg.credit} replays the team with agents muted, which is "
+                            f"defined for one team; {team.name} has teams "
+                            f"({', '.join(team.sides)}). Use credit: team.")
         self.trainables: list[Trainable] = trainables(team, policies, cfg)
         self.sft_coef = cfg.sft_coef
         self.replays: list[LedgerRow] = []  # counterfactual rollouts of the current update
 
     def scores(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
         """``(B, N)``: the team score for every agent, or its counterfactual credit."""
-        n = len(batch.agents)
-        if self.cfg.credit == "team":
-            return batch.score[:, None].expand(-1, n)
+        if self.cfg.credit == "team":  # every agent: its team's (its side's) score
+            return batch.side_score[:, batch.agent_side]
         episodes = len(batch.records) // self.cfg.group_size
         credit, rows = agent_credit(self.cfg.credit, self.team, self.policies, batch.score,
                                     episodes, self.cfg.group_size, seed)
@@ -63,9 +67,9 @@ class MAGRPO:
 
     def penalties(self, batch: EpisodeBatch) -> torch.Tensor:
         """``(B, N)``: the team's token penalty, shared equally when credit is per agent."""
-        n = len(batch.agents)
-        share = 1 if self.cfg.credit == "team" else n
-        return (batch.token_penalty / share)[:, None].expand(-1, n)
+        if self.cfg.credit == "team":
+            return batch.side_penalty[:, batch.agent_side]
+        return (batch.token_penalty / len(batch.agents))[:, None].expand(-1, len(batch.agents))
 
     def returns(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
         """``(B, N)``: each agent's return."""
@@ -74,7 +78,7 @@ class MAGRPO:
     def advantages(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
         ret = self.returns(batch, seed)  # (B, N)
         n = ret.shape[1]
-        if self.cfg.credit == "team":  # one joint group per instance
+        if self.cfg.credit == "team" and not self.team.competitive:  # one group per instance
             adv = group_advantages(ret[:, 0], batch.group_ids, self.cfg.baseline)
             return adv[:, None].expand(-1, n)
         return per_agent_advantages(ret, batch.group_ids, self.cfg.baseline)

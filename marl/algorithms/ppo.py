@@ -150,6 +150,10 @@ class PPO:
         self.team, self.policies, self.cfg = team, policies, cfg
         self.trainables: list[Trainable] = trainables(team, policies, cfg)
         self.sft_coef = cfg.sft_coef
+        if team.competitive and cfg.critic == "central":
+            raise MarlError(f"critic: central values the joint transcript for one team's "
+                            f"return; {team.name} has teams ({', '.join(team.sides)}) with "
+                            "returns of their own. Use critic: independent.")
         if cfg.critic == "central":
             groups = [("central", [a for t in self.trainables for a in t.agents],
                        self.trainables[0])] if self.trainables else []
@@ -207,7 +211,8 @@ class PPO:
             r = torch.zeros_like(v)
             bi = torch.tensor([b for b, _ in x.rows])
             ki = torch.tensor([k for _, k in x.rows])
-            r[torch.arange(len(x.rows)), lengths - 1] = batch.reward[bi].float()
+            r[torch.arange(len(x.rows)), lengths - 1] = batch.agent_return[
+                bi, batch.call_agent[ki]].float()
             adv, ret = gae(r, v, mask, self.cfg.gamma, self.cfg.lam)
             adv_all[bi, ki, : v.shape[1]] = adv
             returns.append(ret)

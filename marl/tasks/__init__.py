@@ -16,6 +16,7 @@ TASKS: dict[str, str] = {
     "vote_v0": "marl.tasks.vote:Vote",
     "relay_v0": "marl.tasks.relay:Relay",
     "ref_v0": "marl.tasks.ref:Ref",
+    "cipher_v0": "marl.tasks.cipher:Cipher",
 }
 
 

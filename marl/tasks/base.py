@@ -90,11 +90,15 @@ class Task(ABC):
 
     id: ClassVar[str]
     Params: ClassVar[type[TaskParams]]
+    #: Competitive tasks score two or more teams (``score_sides``); cooperative ones one.
+    competitive: ClassVar[bool] = False
 
-    def __init__(self, params: TaskParams, agents: Sequence[str], answer_agents: Sequence[str]):
+    def __init__(self, params: TaskParams, agents: Sequence[str], answer_agents: Sequence[str],
+                 sides: dict[str, Sequence[str]] | None = None):
         self.params = params
         self.agents = tuple(agents)
         self.answer_agents = tuple(answer_agents)
+        self.sides = {k: tuple(v) for k, v in (sides or {"team": agents}).items()}
 
     def check(self) -> list[Problem]:
         """Cross-field problems of this task with this team (paths start at ``task``)."""
@@ -183,3 +187,7 @@ class Task(ABC):
     def score(self, instance: Instance, answer: str) -> float:
         """1.0 for the correct answer, else 0.0 (surrounding spaces ignored)."""
         return float(answer.strip() == instance.answer)
+
+    def score_sides(self, instance: Instance, answers: dict[str, str]) -> dict[str, float]:
+        """Each side's score from each side's answer; a cooperative task has one side."""
+        return {side: self.score(instance, answer) for side, answer in answers.items()}
