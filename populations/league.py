@@ -206,6 +206,10 @@ def _plot(table: dict, winrates: dict, path: Path) -> None:
     image = right.imshow(grid, vmin=0, vmax=1, cmap="RdBu")
     right.set_xticks(range(len(names)), names)
     right.set_yticks(range(len(names)), names)
+    for i, row in enumerate(winrates["matrix"]):
+        for j, v in enumerate(row):
+            if v is not None:
+                right.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8)
     right.set_title("win rate of row against column")
     fig.colorbar(image, ax=right)
     fig.tight_layout()

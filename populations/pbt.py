@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -43,7 +42,7 @@ from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from marl.curriculum import variant
 from marl.errors import MarlError
-from marl.io import append_jsonl, atomic_write_json, atomic_write_text
+from marl.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from marl.team import Team, load_team
 from marl.trainer import Trainer
 from populations.config import PBTConfig, Range, objective
@@ -101,11 +100,12 @@ def member(config: dict[str, Any], spec: MemberSpec) -> None:
         if saved["trial_id"] != trial_id:
             donor, donor_step = saved["trial_id"], trainer.step_count
     trainer.set(**settings_of(config, cfg))  # a clone's settings are its own, not its donor's
+    settings = {k: config[k] for k in cfg.mutations}  # as Tune sees them (topology labels)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(
         {"scenario": spec.scenario, **trainer.cfg.model_dump()}, sort_keys=False))
     append_jsonl(run_dir / "lineage.jsonl", {"step": trainer.step_count, "donor": donor or None,
-                                             "settings": trainer.changed, "pid": os.getpid()})
+                                             "settings": settings, "pid": os.getpid()})
     latest: dict[str, Any] = {}
 
     def report() -> None:
@@ -115,7 +115,9 @@ def member(config: dict[str, Any], spec: MemberSpec) -> None:
         metrics = {**{k: v for k, v in latest.items() if not isinstance(v, dict)},
                    **spent, "step": trainer.step_count, "donor": donor,
                    "donor_step": donor_step, "objective": objective(latest, cfg),
-                   **_flat_settings(config, cfg)}
+                   **{f"setting/{k}": v for k, v in settings.items()}}
+        # The member's own record: Tune's result files of a restored trial can lose rows.
+        append_jsonl(run_dir / "reports.jsonl", {**metrics, "settings": settings})
         if trainer.step_count >= cfg.budget_steps:  # Tune stops the member at this report
             atomic_write_json(run_dir / "summary.json", {
                 "member": trial_id, "steps": trainer.step_count, "final": metrics,
@@ -138,16 +140,13 @@ def member(config: dict[str, Any], spec: MemberSpec) -> None:
         latest["step"] = trainer.step_count
         if "eval_success_rate" in row:
             latest["eval_step"] = trainer.step_count
-        if (trainer.step_count % cfg.perturbation_interval == 0
-                or trainer.step_count >= cfg.budget_steps):
+        # No report (so no exploit) during the warm-up: its evaluations say nothing yet.
+        if trainer.phase == "rl" and (trainer.step_count % cfg.perturbation_interval == 0
+                                      or trainer.step_count >= cfg.budget_steps):
             report()
             reported, donor, donor_step = True, "", -1
     if not reported:  # cloned from a donor that had already spent the whole budget
         report()
-
-
-def _flat_settings(config: dict[str, Any], cfg: PBTConfig) -> dict[str, Any]:
-    return {f"setting/{k}": config[k] for k in cfg.mutations}
 
 
 def _placed(team: Team, cfg: PBTConfig) -> Team:
@@ -247,29 +246,43 @@ def _tuner(trainable: Any, cfg: PBTConfig, out: Path) -> tune.Tuner:
             failure_config=tune.FailureConfig(max_failures=cfg.max_failures)))
 
 
+def _trial_id(result: Any) -> str | None:
+    """The Tune trial a result belongs to (as its rows say: after a restore its
+    ``metrics`` can be a clone's)."""
+    frame = result.metrics_dataframe
+    if frame is None or frame.empty or "trial_id" not in frame:
+        return None
+    return str(frame["trial_id"].iloc[0])
+
+
 def _population(grid: Any, cfg: PBTConfig, out: Path) -> dict[str, Any]:
-    """``population.json`` and ``exploits.jsonl`` from Tune's results; ``best/`` from the
-    member with the best final objective."""
+    """``population.json`` and ``exploits.jsonl`` from the members' own records
+    (``reports.jsonl``, ``lineage.jsonl``); ``best/`` from the member with the best final
+    objective."""
+    results = {_trial_id(r): r for r in grid}
     members, exploits = [], []
-    for result in grid:
-        rows = _rows(result)
-        trial_id = rows[0]["trial_id"] if rows else Path(result.path).name
-        history = [{"step": r["step"], "objective": r["objective"],
-                    "settings": _settings_row(r, cfg)} for r in rows]
-        for before, after in zip(rows, rows[1:], strict=False):
-            if after.get("donor"):
-                exploits.append({"step": after["donor_step"], "target": trial_id,
-                                 "donor": after["donor"], "old": _settings_row(before, cfg),
-                                 "new": _settings_row(after, cfg)})
-        final = {k: rows[-1].get(k) for k in REPORTED} if rows else None
-        best = max(rows, key=lambda r: r["objective"]) if rows else None
-        members.append({"id": trial_id, "run_dir": str(out / "members" / trial_id),
-                        "steps": rows[-1]["step"] if rows else 0, "history": history,
-                        "final": final,
-                        "best": {k: best.get(k) for k in REPORTED} if best else None,
-                        "cost_usd": rows[-1]["cost_usd"] if rows else 0.0,
-                        "error": str(result.error) if result.error else None,
-                        "checkpoint": result.checkpoint.path if result.checkpoint else None})
+    for run_dir in sorted((out / "members").iterdir() if (out / "members").is_dir() else []):
+        trial_id = run_dir.name
+        reports = read_jsonl(run_dir / "reports.jsonl")
+        lineage = read_jsonl(run_dir / "lineage.jsonl")
+        for before, after in zip(lineage, lineage[1:], strict=False):
+            if after["donor"]:
+                exploits.append({"step": after["step"], "target": trial_id,
+                                 "donor": after["donor"], "old": before["settings"],
+                                 "new": after["settings"]})
+        result = results.get(trial_id)
+        final = {k: reports[-1].get(k) for k in REPORTED} if reports else None
+        best = max(reports, key=lambda r: r["objective"]) if reports else None
+        members.append({
+            "id": trial_id, "run_dir": str(run_dir),
+            "steps": reports[-1]["step"] if reports else 0,
+            "history": [{"step": r["step"], "objective": r["objective"],
+                         "settings": r["settings"]} for r in reports],
+            "final": final, "best": {k: best.get(k) for k in REPORTED} if best else None,
+            "cost_usd": reports[-1]["cost_usd"] if reports else 0.0,
+            "error": str(result.error) if result is not None and result.error else None,
+            "checkpoint": result.checkpoint.path if result is not None and result.checkpoint
+            else None})
     exploits.sort(key=lambda e: (e["step"], e["target"]))
     atomic_write_text(out / "exploits.jsonl", "".join(json.dumps(e) + "\n" for e in exploits))
     ranked = [m for m in members if m["final"] and m["checkpoint"]]
@@ -282,19 +295,3 @@ def _population(grid: Any, cfg: PBTConfig, out: Path) -> dict[str, Any]:
             "best": None if best is None else {"id": best["id"], "final": best["final"],
                                                "settings": best["history"][-1]["settings"],
                                                "checkpoint": str(out / "best")}}
-
-
-def _rows(result: Any) -> list[dict[str, Any]]:
-    """A member's reported results, oldest first; a value it did not report is None."""
-    frame = result.metrics_dataframe
-    if frame is None or frame.empty:
-        return []
-    rows = [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
-            for r in frame.to_dict("records")]
-    for r in rows:
-        r["donor"] = r.get("donor") or ""
-    return [r for r in rows if r.get("step") is not None]
-
-
-def _settings_row(row: dict[str, Any], cfg: PBTConfig) -> dict[str, Any]:
-    return {k: row.get(f"setting/{k}") for k in cfg.mutations}
