@@ -12,13 +12,15 @@ Output directory::
 
     population.json   every member: settings over time, final and best metrics, cost
     exploits.jsonl    every clone: step, target, donor, settings before -> after
-    members/<id>/     each member's run directory (metrics.jsonl, episodes/, and
-                      lineage.jsonl: every start or restart, its step, donor, process id)
+    members/<id>/     each member's run directory (metrics.jsonl, episodes/; reports.jsonl:
+                      every report; lineage.jsonl: every start or restart, its step,
+                      donor, process id)
     best/             the best member's last checkpoint (marl run --checkpoint best)
     tune/             Tune's experiment (what --resume restores)
 
 Where this departs from the paper: members report at fixed step intervals rather than
-asynchronously by wall time, and exploits follow Tune's quantile rule.
+asynchronously by wall time, not during the format warm-up, and exploits follow Tune's
+quantile rule.
 """
 
 from __future__ import annotations
@@ -225,9 +227,23 @@ def _check_mutations(team: Team, cfg: PBTConfig) -> None:
         variant(team, {"topology": spec}, f"mutations.topology ({label})")
 
 
+class TiesKeptPBT(PopulationBasedTraining):
+    """Tune's PBT, except that a member scoring as well as the worst of the top quantile is
+    not in the bottom one. Tune ranks ties arbitrarily, so once several members reach the
+    same score (every member at eval success 1.0) it kept cloning equals into each other,
+    throwing away each clone's work since its donor's last checkpoint."""
+
+    def _quantiles(self) -> tuple[list, list]:
+        lower, upper = super()._quantiles()
+        if not upper:
+            return lower, upper
+        floor = min(self._trial_state[t].last_score for t in upper)
+        return [t for t in lower if self._trial_state[t].last_score < floor], upper
+
+
 def _tuner(trainable: Any, cfg: PBTConfig, out: Path) -> tune.Tuner:
     initial, mutations = search_space(cfg)
-    scheduler = PopulationBasedTraining(
+    scheduler = TiesKeptPBT(
         time_attr="step", perturbation_interval=cfg.perturbation_interval,
         hyperparam_mutations=mutations, quantile_fraction=cfg.quantile_fraction,
         resample_probability=cfg.resample_probability,

@@ -68,8 +68,11 @@ def pbt_config(**kw) -> PBTConfig:
 def test_a_population_exploits_and_writes_every_output(ray_local, tmp_path):
     topologies = [{"kind": "star", "hub": "lead"},
                   {"kind": "chain", "order": ["w1", "w2", "w3", "lead"]}]
-    cfg = pbt_config(mutations={"lr": {"min": 1e-4, "max": 1e-2, "log": True},
-                                "topology": topologies})
+    # Reward net of a token penalty that differs by member and topology: no two members
+    # tie, so the worse one is always cloned (members tied with the top never are).
+    cfg = pbt_config(objective="net_reward",
+                     mutations={"lr": {"min": 1e-4, "max": 1e-2, "log": True},
+                                "penalty_per_1k": [0.5, 1.0, 2.0], "topology": topologies})
     scenario = ROOT / "scenarios" / "gather_star.yaml"
     population = run_pbt(scenario, cfg, tmp_path / "pop", log=lambda m: None)
     saved = json.loads((tmp_path / "pop" / "population.json").read_text())
@@ -161,3 +164,26 @@ def test_a_killed_member_is_restarted_from_its_checkpoint(ray_local, tmp_path):
     # The member started again in another process, from a checkpoint (its own or, if PBT
     # exploited it meanwhile, a donor's), not from scratch.
     assert later and later[0]["pid"] != pid and later[0]["step"] >= 4
+
+
+class FakeTrial:
+    def is_finished(self):
+        return False
+
+
+def test_members_tied_with_the_top_are_not_cloned():
+    from types import SimpleNamespace
+
+    from populations.pbt import TiesKeptPBT
+
+    scheduler = TiesKeptPBT(time_attr="step", perturbation_interval=1, metric="objective",
+                            mode="max", hyperparam_mutations={"lr": [1e-3, 1e-2]},
+                            quantile_fraction=0.5)
+    trials = [FakeTrial() for _ in range(4)]
+    for t, score in zip(trials, [1.0, 1.0, 1.0, 0.5], strict=True):
+        scheduler._trial_state[t] = SimpleNamespace(last_score=score)
+    lower, upper = scheduler._quantiles()
+    assert lower == [trials[3]] and len(upper) == 2  # only the member below the top
+    for t in trials:
+        scheduler._trial_state[t].last_score = 1.0
+    assert scheduler._quantiles()[0] == []  # all tied: nobody is cloned
