@@ -144,6 +144,10 @@ class LeagueConfig(BaseModel):
     snapshot_win_rate: float = Field(0.55, gt=0, le=1, description="The learner becomes a "
                                      "snapshot when its mean win rate against the league "
                                      "reaches this.")
+    exploiters: bool = Field(True, description="A main exploiter trains against the "
+                             "learner's latest weights only; when it beats the learner "
+                             "(snapshot_win_rate) it joins the league as a snapshot (xNNN) and "
+                             "starts over from the warmed-up weights.")
     pfsp: Literal["squared", "variance", "linear_capped", "uniform"] = Field(
         "squared", description="Opponent weights from the learner's win rate x against each "
         "snapshot: squared (1-x)^2, variance x(1-x), linear_capped min(0.5, 1-x), uniform.")

@@ -1,14 +1,17 @@
 """A self-play league on a competitive scenario (two teams), in the manner of AlphaStar's
-league, reduced to one main learner.
+league with one main player and one main exploiter.
 
-The learner holds a policy for every agent of both teams. After the format warm-up
-(self-play, as in ``marl train``) its weights become snapshot ``s000``. Each generation
-draws one snapshot by prioritised fictitious self-play (PFSP) from the learner's win rates
-against them, trains ``iterations_per_generation`` MAGRPO iterations against that frozen
-opponent, alternating the team it plays so both of its teams learn (each from its own
-team's reward), and then plays a match against every snapshot, in parallel as Ray tasks.
-When its mean win rate reaches ``snapshot_win_rate`` it joins the league as a new
-snapshot. At the end every pair of snapshots plays a match; every game feeds openskill
+A player holds a policy for every agent of both teams. After the format warm-up (self-play,
+as in ``marl train``) the main player's weights become snapshot ``s000``. Each generation
+the main player draws one snapshot by prioritised fictitious self-play (PFSP, from its win
+rates against them), trains ``iterations_per_generation`` MAGRPO iterations against that
+frozen opponent, alternating the team it plays so both of its teams learn (each from its
+own team's reward), then plays a match against every snapshot, in parallel as Ray tasks,
+and joins the league as a new snapshot (``sNNN``) when its mean win rate reaches
+``snapshot_win_rate``. The main exploiter (``exploiters: true``) trains as many iterations
+against the main player's latest weights only; when it beats them it joins the league
+(``xNNN``), so the main player has to learn to beat its weakness, and starts over from
+``s000``. At the end every pair of snapshots plays a match; every game feeds openskill
 ratings.
 
 A match between players A and B is ``match_episodes`` games with A on the first team and B
@@ -17,15 +20,15 @@ higher (the task is zero-sum), a tie is a draw.
 
 Output directory::
 
-    league.jsonl     the learner's iterations: generation, team trained, opponent, rewards
-    generations.jsonl  after each generation: the learner's win rate against every snapshot
-    snapshots/sNNN/  every snapshot's weights (marl run SCENARIO --checkpoint snapshots/sNNN)
+    league.jsonl     every training iteration: player, generation, team, opponent, reward
+    generations.jsonl  after each generation: the main player's win rate against every
+                     snapshot, and who joined
+    snapshots/       every snapshot's weights (marl run SCENARIO --checkpoint snapshots/s001)
     ratings.json     every snapshot's rating (mu, sigma, ordinal = mu - 3 sigma)
     winrates.json    the round robin: players and matrix[i][j] = i's win rate against j
     league.png       ratings by snapshot and the win-rate matrix
 
-Not built yet: exploiter agents (AlphaStar's main and league exploiters) and a league of
-several learners.
+Not built yet: league exploiters (AlphaStar's third kind) and several main players.
 """
 
 from __future__ import annotations
@@ -73,28 +76,62 @@ def match(scenario: str, first: str, second: str, episodes: int, seed: int) -> l
                  build_policies(team, checkpoint=Path(second)), episodes, seed)
 
 
-def _snapshot(trainer: Trainer, path: Path) -> Path:
-    """The learner's current weights, one folder per policy (``--checkpoint``-loadable)."""
-    def write(tmp: Path) -> None:
-        for t in trainer.learner.trainables:
-            t.policy.save(tmp / t.name)
+class Player:
+    """A player that learns: a policy for every agent of both teams and, per team, a
+    learner that trains only that team's policies from that team's reward."""
 
-    return atomic_dir(path, write)
+    def __init__(self, name: str, team: Team, policies: dict, cfg: Any):
+        self.name, self.team, self.policies, self.cfg = name, team, policies, cfg
+        self.learners = {}
+        for side, members in team.sides.items():
+            learner = learner_class(cfg.algorithm)(team, policies, cfg)
+            learner.trainables = [t for t in learner.trainables if t.agents[0] in members]
+            shared = [t.name for t in learner.trainables if not set(t.agents) <= set(members)]
+            if shared:
+                raise MarlError(f"policies {', '.join(shared)} are played by agents of more "
+                                "than one team; in a league each team needs policies of its "
+                                "own.")
+            begin_rl(learner.trainables, cfg)
+            self.learners[side] = learner
+
+    def snapshot(self, path: Path) -> Path:
+        """The current weights, one folder per policy (``--checkpoint``-loadable)."""
+        def write(tmp: Path) -> None:
+            for learner in self.learners.values():
+                for t in learner.trainables:
+                    t.policy.save(tmp / t.name)
+
+        return atomic_dir(path, write)
+
+    def train(self, opponent: dict, opponent_name: str, iterations: int, seed: int,
+              log_to: Path, generation: int) -> None:
+        """``iterations`` updates against a frozen ``opponent``, alternating the team
+        played; one row per iteration in ``log_to``."""
+        sides = list(self.team.sides)
+        for it in range(iterations):
+            side = sides[it % 2]
+            mixed = {a: self.policies[a] if self.team.side_of(a) == side else opponent[a]
+                     for a in self.team.ids}
+            step_seed = derive_seed(seed, it)
+            batch = collect(self.team, mixed, self.cfg.episodes_per_iter, self.cfg.group_size,
+                            seed=step_seed)
+            stats = self.learners[side].update(batch, step_seed)
+            k = sides.index(side)
+            reward = batch.side_score[:, k] - batch.side_penalty[:, k]
+            append_jsonl(log_to, {
+                "player": self.name, "generation": generation, "iteration": it,
+                "side": side, "opponent": opponent_name, "reward_mean": float(reward.mean()),
+                "win_rate": float((batch.side_score[:, k] > 0).float().mean()),
+                "loss": stats.get("loss", 0.0)})
 
 
-def _side_learners(trainer: Trainer, team: Team) -> dict[str, Any]:
-    """One learner per team, each training only that team's policies from its reward."""
-    learners = {}
-    for side, members in team.sides.items():
-        learner = learner_class(trainer.cfg.algorithm)(team, trainer.policies, trainer.cfg)
-        learner.trainables = [t for t in learner.trainables if t.agents[0] in members]
-        shared = [t.name for t in learner.trainables if not set(t.agents) <= set(members)]
-        if shared:
-            raise MarlError(f"policies {', '.join(shared)} are played by agents of more than "
-                            "one team; in a league each team needs policies of its own.")
-        begin_rl(learner.trainables, trainer.cfg)
-        learners[side] = learner
-    return learners
+def _matches(scenario: str, player: Path, opponents: list[Path], cfg: LeagueConfig,
+             seed: int) -> list[float]:
+    """``player``'s win rate against each opponent, the matches run as parallel Ray tasks."""
+    results = ray.get([match.options(num_cpus=cfg.resources.cpus).remote(
+        scenario, str(player), str(o), cfg.match_episodes, derive_seed(seed, i))
+        for i, o in enumerate(opponents)])
+    return [statistics.mean(r) for r in results]
 
 
 def run_league(scenario: str | Path, cfg: LeagueConfig, out: Path, address: str | None = None,
@@ -111,53 +148,57 @@ def run_league(scenario: str | Path, cfg: LeagueConfig, out: Path, address: str 
     if (out / "league.jsonl").exists():
         raise MarlError(f"{out} already holds a league; choose another --out.")
     trainer = Trainer(team, cfg.train_config(), out / "learner", log=lambda m: None)
-    while trainer.phase == "warmup":
+    while trainer.phase == "warmup":  # the format warm-up, in self-play
         trainer.step()
-    if cfg.train_config().warmup:
+    if trainer.warmed:
         log(f"warm-up: {trainer.warmed} steps")
-    learners = _side_learners(trainer, team)
-    snapshots = [_snapshot(trainer, out / "snapshots" / "s000")]
+    main = Player("main", team, trainer.policies, trainer.cfg)
+    snapshots = [main.snapshot(out / "snapshots" / "s000")]
     win_rates = [0.5]
+    exploiter = _exploiter(team, snapshots[0], trainer.cfg) if cfg.exploiters else None
     rng = np.random.default_rng(derive_seed(cfg.seed, seeds.LEAGUE))
-    sides = list(team.sides)
-    tcfg = trainer.cfg
     with ray_session(address):
         for gen in range(cfg.generations):
             j = int(rng.choice(len(snapshots), p=pfsp_weights(win_rates, cfg.pfsp)))
-            opponent = build_policies(team, checkpoint=snapshots[j])
-            for it in range(cfg.iterations_per_generation):
-                side = sides[it % 2]
-                mixed = {a: trainer.policies[a] if team.side_of(a) == side else opponent[a]
-                         for a in team.ids}
-                seed = derive_seed(cfg.seed, seeds.LEAGUE, gen, it)
-                batch = collect(team, mixed, tcfg.episodes_per_iter, tcfg.group_size, seed=seed)
-                stats = learners[side].update(batch, seed)
-                k = sides.index(side)
-                reward = batch.side_score[:, k] - batch.side_penalty[:, k]
-                append_jsonl(out / "league.jsonl", {
-                    "generation": gen, "iteration": it, "side": side,
-                    "opponent": snapshots[j].name, "reward_mean": float(reward.mean()),
-                    "win_rate": float((batch.side_score[:, k] > 0).float().mean()),
-                    "loss": stats.get("loss", 0.0)})
-            current = _snapshot(trainer, out / "learner" / "current")
-            results = ray.get([match.options(num_cpus=cfg.resources.cpus).remote(
-                scenario, str(current), str(s), cfg.match_episodes,
-                derive_seed(cfg.seed, seeds.LEAGUE, gen, i, 1))
-                for i, s in enumerate(snapshots)])
-            win_rates = [statistics.mean(r) for r in results]
+            main.train(build_policies(team, checkpoint=snapshots[j]), snapshots[j].name,
+                       cfg.iterations_per_generation, derive_seed(cfg.seed, seeds.LEAGUE, gen),
+                       out / "league.jsonl", gen)
+            current = main.snapshot(out / "learner" / "current")
+            note = ""
+            if exploiter is not None:  # trains against the main player's latest weights only
+                exploiter.train(build_policies(team, checkpoint=current), "main",
+                                cfg.iterations_per_generation,
+                                derive_seed(cfg.seed, seeds.LEAGUE, gen, 1),
+                                out / "league.jsonl", gen)
+                trial = exploiter.snapshot(out / "learner" / "exploiter")
+                [beats] = _matches(scenario, trial, [current], cfg,
+                                   derive_seed(cfg.seed, seeds.LEAGUE, gen, 2))
+                if beats >= cfg.snapshot_win_rate:  # it found a weakness: keep it, start over
+                    snapshots.append(exploiter.snapshot(
+                        out / "snapshots" / f"x{len(snapshots):03d}"))
+                    win_rates.append(0.5)
+                    exploiter = _exploiter(team, snapshots[0], trainer.cfg)
+                    note = f"; the exploiter beat it {beats:.2f} and joins as {snapshots[-1].name}"
+            win_rates = _matches(scenario, current, snapshots, cfg,
+                                 derive_seed(cfg.seed, seeds.LEAGUE, gen, 3))
             joined = statistics.mean(win_rates) >= cfg.snapshot_win_rate
+            mean = statistics.mean(win_rates)
             if joined:
-                snapshots.append(_snapshot(trainer, out / "snapshots" / f"s{len(snapshots):03d}"))
+                snapshots.append(main.snapshot(out / "snapshots" / f"s{len(snapshots):03d}"))
                 win_rates.append(0.5)
             append_jsonl(out / "generations.jsonl", {
                 "generation": gen, "opponent": snapshots[j].name,
-                "win_rates": dict(zip([s.name for s in snapshots], win_rates, strict=False)),
+                "win_rates": dict(zip([s.name for s in snapshots], win_rates, strict=True)),
                 "new_snapshot": snapshots[-1].name if joined else None})
             log(f"generation {gen + 1}/{cfg.generations}: trained against "
-                f"{snapshots[j].name}; win rate against the league "
-                f"{statistics.mean(win_rates[: len(results)]):.2f}"
-                + (f"; joins as {snapshots[-1].name}" if joined else ""))
+                f"{snapshots[j].name}; win rate against the league {mean:.2f}"
+                + (f"; joins as {snapshots[-1].name}" if joined else "") + note)
         return _round_robin(scenario, snapshots, cfg, out, log)
+
+
+def _exploiter(team: Team, start: Path, cfg: Any) -> Player:
+    """A main exploiter, (re)starting from the warmed-up weights of ``start``."""
+    return Player("exploiter", team, build_policies(team, checkpoint=start), cfg)
 
 
 def _round_robin(scenario: str, snapshots: list[Path], cfg: LeagueConfig, out: Path,
@@ -168,6 +209,8 @@ def _round_robin(scenario: str, snapshots: list[Path], cfg: LeagueConfig, out: P
         scenario, str(snapshots[i]), str(snapshots[j]), cfg.match_episodes,
         derive_seed(cfg.seed, seeds.LEAGUE, i, j, 2)) for i, j in pairs])
     matrix: list[list[float | None]] = [[None] * len(names) for _ in names]
+    if len(snapshots) < 2:
+        log("the league has one snapshot: no round robin, no ratings to compare")
     ratings = Ratings()
     for name in names:
         ratings.add(name)

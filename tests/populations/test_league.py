@@ -65,22 +65,25 @@ def small(**kw) -> LeagueConfig:
 def test_a_small_league_writes_snapshots_ratings_and_win_rates(ray_local, tmp_path):
     out = tmp_path / "league"
     result = run_league(CIPHER, small(), out, log=lambda m: None)
-    names = ["s000", "s001", "s002"]  # every generation joins at this threshold
-    assert sorted(p.name for p in (out / "snapshots").iterdir()) == names
+    # At this threshold the exploiter and then the main player join every generation.
+    names = ["s000", "x001", "s002", "x003", "s004"]
+    assert sorted(p.name for p in (out / "snapshots").iterdir()) == sorted(names)
     saved = json.loads((out / "winrates.json").read_text())
     assert saved == result["winrates"] and saved["players"] == names
     m = saved["matrix"]
-    assert all(m[i][i] is None for i in range(3))
-    assert all(m[i][j] == pytest.approx(1 - m[j][i]) for i in range(3) for j in range(3)
+    assert all(m[i][i] is None for i in range(5))
+    assert all(m[i][j] == pytest.approx(1 - m[j][i]) for i in range(5) for j in range(5)
                if i != j)
     assert set(json.loads((out / "ratings.json").read_text())) == set(names)
     assert (out / "league.png").stat().st_size > 0
     rows = [json.loads(x) for x in (out / "league.jsonl").read_text().splitlines()]
-    assert len(rows) == 8 and {r["side"] for r in rows} == {"red", "blue"}
+    assert len(rows) == 16 and {r["side"] for r in rows} == {"red", "blue"}
+    assert {r["player"] for r in rows} == {"main", "exploiter"}
+    assert {r["opponent"] for r in rows if r["player"] == "exploiter"} == {"main"}
     assert len((out / "generations.jsonl").read_text().splitlines()) == 2
     team = load_team(CIPHER)
     first = build_policies(team, checkpoint=out / "snapshots" / "s000")
-    last = build_policies(team, checkpoint=out / "snapshots" / "s002")
+    last = build_policies(team, checkpoint=out / "snapshots" / "s004")
     for agent in team.ids:  # both teams trained
         assert any(not torch.equal(p, q) for p, q in zip(
             first[agent].parameters(), last[agent].parameters(), strict=True))
