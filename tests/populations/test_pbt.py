@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from marl.cli import app
 from marl.errors import ConfigError, MarlError
-from populations.config import PBTConfig, Range, load_pbt_config
-from populations.pbt import run_pbt, search_space
+from marl.team import load_team
+from populations.config import PBTConfig, Range, load_league_config, load_pbt_config
+from populations.pbt import _check_mutations, run_pbt, search_space
 from tests.marl.conftest import ROOT
 
 SMALL = {"members": 2, "budget_steps": 12, "perturbation_interval": 2, "quantile_fraction": 0.5,
@@ -42,10 +43,18 @@ def test_bad_population_configs_name_the_key(tmp_path, data, names):
     assert str(path) in str(info.value)
 
 
-def test_shipped_population_config_loads():
-    cfg = load_pbt_config(ROOT / "configs" / "population" / "pbt.yaml")
-    assert cfg.members == 4 and cfg.member_config(2).seed == 2
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "population").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_shipped_population_configs_load(path):
+    if path.name.startswith("league"):
+        assert load_league_config(path).train_config().iterations > 0
+        return
+    cfg = load_pbt_config(path)
+    assert cfg.member_config(2).seed == cfg.seed + 2
     assert cfg.member_config(0).iterations == cfg.budget_steps - cfg.member_config(0).warmup
+    # The scenario the file's first line names accepts every topology it searches.
+    scenario = path.read_text().splitlines()[0].split()[4]
+    _check_mutations(load_team(ROOT / scenario), cfg)
 
 
 def test_the_search_space_samples_ranges_and_shifts_lists():
