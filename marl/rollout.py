@@ -53,17 +53,32 @@ class EpisodeBatch:
     oracle_agrees: torch.Tensor  # (B, K) the message is what the task oracle would send
     records: list[dict[str, Any]] = field(default_factory=list)  # transcripts and results
     rows: list[LedgerRow] = field(default_factory=list)
-    # Sides (teams of a competitive scenario; one side otherwise). ``score`` and
-    # ``token_penalty`` above are the first side's.
+    # Sides: the teams of a competitive scenario (one side, the whole team, otherwise).
     sides: tuple[str, ...] = ()
-    side_score: torch.Tensor | None = None  # (B, S)
-    side_penalty: torch.Tensor | None = None  # (B, S) penalty of each side's own tokens
     agent_side: torch.Tensor | None = None  # (N,) side index of each agent
+    # Competitive only (None otherwise): each side's score and the penalty of its own
+    # tokens. ``score`` and ``token_penalty`` above are then the first side's.
+    side_score: torch.Tensor | None = None  # (B, S)
+    side_penalty: torch.Tensor | None = None  # (B, S)
+
+    @property
+    def agent_score(self) -> torch.Tensor:
+        """(B, N): the score each agent is credited with, its side's."""
+        if self.side_score is None:
+            return self.score[:, None].expand(-1, len(self.agents))
+        return self.side_score[:, self.agent_side]
+
+    @property
+    def agent_penalty(self) -> torch.Tensor:
+        """(B, N): the token penalty each agent pays, its side's."""
+        if self.side_penalty is None:
+            return self.token_penalty[:, None].expand(-1, len(self.agents))
+        return self.side_penalty[:, self.agent_side]
 
     @property
     def agent_return(self) -> torch.Tensor:
         """(B, N): each agent's reward, its side's score minus its side's token penalty."""
-        return (self.side_score - self.side_penalty)[:, self.agent_side]
+        return self.agent_score - self.agent_penalty
 
     @property
     def reward(self) -> torch.Tensor:
@@ -196,12 +211,12 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, seen: dict,
     rows = [row for env in envs for row in env.rows]
     ledger = Ledger(rows).to_tensors([env.episode for env in envs], team.rounds, list(team.ids))
     sides = tuple(team.sides)
+    side_score = side_penalty = None
     if team.competitive:
-        side_score = [[res["sides"][x]["score"] for x in sides] for res in results]
-        side_penalty = [[res["sides"][x]["token_penalty"] for x in sides] for res in results]
-    else:
-        side_score = [[res["score"]] for res in results]
-        side_penalty = [[res["token_penalty"]] for res in results]
+        side_score = torch.tensor([[res["sides"][x]["score"] for x in sides]
+                                   for res in results])
+        side_penalty = torch.tensor([[res["sides"][x]["token_penalty"] for x in sides]
+                                     for res in results])
     records = [{**{k: v for k, v in res.items() if k != "cost_usd"},
                 "cost_usd": str(res["cost_usd"]), "group": b // group_size,
                 "transcript": env.transcript, "ledger": [r.to_json() for r in env.rows]}
@@ -220,6 +235,6 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, seen: dict,
         valid=torch.tensor([[m["valid"] for m in env.transcript] for env in envs]),
         oracle_agrees=torch.tensor([[m["oracle_agrees"] for m in env.transcript]
                                     for env in envs]),
-        records=records, rows=rows, sides=sides, side_score=torch.tensor(side_score),
-        side_penalty=torch.tensor(side_penalty),
+        records=records, rows=rows, sides=sides, side_score=side_score,
+        side_penalty=side_penalty,
         agent_side=torch.tensor([sides.index(team.side_of(a)) for a in team.ids]))

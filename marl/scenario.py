@@ -114,6 +114,15 @@ class ProtocolSpec(StrictModel):
     answer: AnswerSpec | None = Field(None, description="Agent id or {vote: [ids]} giving the "
                                       "team answer (with teams: each team's own answer).")
 
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _not_null(cls, v: Any) -> Any:
+        if v is None:  # written out as null: not the same as leaving it out for teams
+            raise PydanticCustomError(
+                "answer_type", "expected an agent id or {vote: [ids]}, got {got}.",
+                {"got": "None"})
+        return v
+
 
 class TeamSpec(StrictModel):
     """One side of a competitive scenario: its agents and who answers for it."""

@@ -267,8 +267,10 @@ def _check_sides(scn: Scenario, ids: list[str], problems: list[Problem]
     """Sides and their answer agents: the scenario's teams, or one side of everyone."""
     if scn.teams is None:
         if scn.protocol.answer is None:
-            problems.append(Problem("protocol.answer", "missing: name the agent that answers "
-                                    "(answer: lead) or the voters (answer: {vote: [a, b]})."))
+            problems.append(Problem("protocol.answer", "missing required key 'answer': name "
+                                    "the agent that answers (answer: lead) or the voters "
+                                    "(answer: {vote: [a, b]}); a competitive scenario gives "
+                                    "teams instead."))
             return {scn.name: tuple(ids)}, {scn.name: ()}
         answer = _answer_agents(scn.protocol.answer, "protocol.answer", ids, problems)
         return {scn.name: tuple(ids)}, {scn.name: tuple(answer)}

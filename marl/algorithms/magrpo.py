@@ -58,7 +58,7 @@ class MAGRPO:
     def scores(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
         """``(B, N)``: the team score for every agent, or its counterfactual credit."""
         if self.cfg.credit == "team":  # every agent: its team's (its side's) score
-            return batch.side_score[:, batch.agent_side]
+            return batch.agent_score
         episodes = len(batch.records) // self.cfg.group_size
         credit, rows = agent_credit(self.cfg.credit, self.team, self.policies, batch.score,
                                     episodes, self.cfg.group_size, seed)
@@ -68,7 +68,7 @@ class MAGRPO:
     def penalties(self, batch: EpisodeBatch) -> torch.Tensor:
         """``(B, N)``: the team's token penalty, shared equally when credit is per agent."""
         if self.cfg.credit == "team":
-            return batch.side_penalty[:, batch.agent_side]
+            return batch.agent_penalty
         return (batch.token_penalty / len(batch.agents))[:, None].expand(-1, len(batch.agents))
 
     def returns(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:

@@ -3,7 +3,7 @@
 A competitive game in the spirit of Abadi & Andersen's "learning to protect
 communications" (2016), with discrete messages.
 
-Agents and teams
+Agents
     Two teams (scenario ``teams:``). The *sender* (``params.sender``, default: the first
     agent that does not answer) and the *receiver* (``params.receiver``, default: the
     answer agent on the sender's team) share a key; the *eavesdropper* (``params.
@@ -16,9 +16,9 @@ Messages
     ``message_length`` lowercase letters. The task fixes no meaning for them.
 Answer
     Receiver and eavesdropper each answer one digit: the secret as they read it.
-Reward (zero-sum)
-    Sender's team: ``[receiver right] − [eavesdropper right]``; the eavesdropper's team the
-    negative. Success for a team is a score of 1 (its reader right, the other wrong).
+Reward
+    Zero-sum. Sender's team: ``[receiver right] − [eavesdropper right]``; the
+    eavesdropper's team the negative. Success for a team is a score of 1 (its reader right, the other wrong).
     Sending the secret in the clear gives both readers the answer (score 0 each); a code
     that uses the key keeps the eavesdropper at chance (1/values).
 Oracle
