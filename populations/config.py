@@ -137,7 +137,7 @@ class LeagueConfig(BaseModel):
     generations: int = Field(6, ge=1, description="Training phases of the learner; after "
                              "each it plays every snapshot, and may become one.")
     iterations_per_generation: int = Field(
-        60, ge=2, description="Learner iterations per generation, against one opponent drawn "
+        150, ge=2, description="Learner iterations per generation, against one opponent drawn "
         "by PFSP; they alternate the team the learner plays, so both teams learn.")
     match_episodes: int = Field(32, ge=1, description="Episodes per team in a match (a "
                                 "match plays both ways round: 2 × this many games).")
