@@ -369,7 +369,7 @@ def population_league(
     """Self-play league on a competitive scenario: PFSP opponents, snapshots, ratings."""
     try:
         from populations.config import load_league_config
-        from populations.league import run_league
+        from populations.league import check_two_teams, run_league
     except ImportError as exc:
         if "ray" not in str(exc) and "openskill" not in str(exc):
             raise
@@ -377,6 +377,7 @@ def population_league(
     from marl.team import load_team
 
     team = load_team(scenario)
+    check_two_teams(team)
     cfg = load_league_config(config, sets)
     target = out_dir or Path("runs") / f"{team.name}-league"
     out.print(f"{team.name}: league of teams {', '.join(team.sides)}; {cfg.generations} "

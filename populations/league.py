@@ -134,17 +134,21 @@ def _matches(scenario: str, player: Path, opponents: list[Path], cfg: LeagueConf
     return [statistics.mean(r) for r in results]
 
 
+def check_two_teams(team: Team) -> None:
+    if len(team.sides) != 2:
+        raise MarlError(f"a league needs a competitive scenario with two teams; {team.name} "
+                        f"has {len(team.sides)} ({', '.join(team.sides)}). Give it teams: "
+                        "{red: {agents: [...], answer: ...}, blue: {...}} and a competitive "
+                        "task (cipher_v0).")
+
+
 def run_league(scenario: str | Path, cfg: LeagueConfig, out: Path, address: str | None = None,
                log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the league; write the outputs listed in the module docstring and return the
     contents of ``ratings.json`` and ``winrates.json``."""
     out, scenario = Path(out).resolve(), str(Path(scenario).resolve())
     team = load_team(scenario)
-    if len(team.sides) != 2:
-        raise MarlError(f"a league needs a competitive scenario with two teams; {team.name} "
-                        f"has {len(team.sides)} ({', '.join(team.sides)}). Give it teams: "
-                        "{red: {agents: [...], answer: ...}, blue: {...}} and a competitive "
-                        "task (cipher_v0).")
+    check_two_teams(team)
     if (out / "league.jsonl").exists():
         raise MarlError(f"{out} already holds a league; choose another --out.")
     trainer = Trainer(team, cfg.train_config(), out / "learner", log=lambda m: None)

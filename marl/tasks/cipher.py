@@ -18,9 +18,9 @@ Answer
     Receiver and eavesdropper each answer one digit: the secret as they read it.
 Reward
     Zero-sum. Sender's team: ``[receiver right] − [eavesdropper right]``; the
-    eavesdropper's team the negative. Success for a team is a score of 1 (its reader right, the other wrong).
-    Sending the secret in the clear gives both readers the answer (score 0 each); a code
-    that uses the key keeps the eavesdropper at chance (1/values).
+    eavesdropper's team the negative. Success for a team is a score of 1 (its reader
+    right, the other wrong). Sending the secret in the clear gives both readers the answer
+    (score 0 each); a code that uses the key keeps the eavesdropper at chance (1/values).
 Oracle
     The sender sends the letter ``(secret + key) mod values``; the receiver subtracts the
     key; the eavesdropper, who has no key, reads the letter as if the key were 0.
