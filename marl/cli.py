@@ -305,6 +305,17 @@ def topology_show(
         out.print(f"wrote {draw_png(graph, out_png, title=f'{kind} ({agents} agents)')}")
 
 
+def _need_ray_extra() -> None:
+    """``marl population`` reaches up into ``populations/`` (lazily: the one place in marl/
+    that does); it needs the ``ray`` extra."""
+    from importlib.util import find_spec
+
+    missing = [name for name in ("ray", "openskill") if find_spec(name) is None]
+    if missing:
+        raise MarlError(f"marl population needs {' and '.join(missing)}: "
+                        "pip install -e '.[ray]'")
+
+
 @population_app.command("pbt")
 @guarded
 def population_pbt(
@@ -320,15 +331,10 @@ def population_pbt(
     resume: bool = typer.Option(False, help="Continue the population in --out."),
 ) -> None:
     """Population-based training (Ray Tune PBT) over settings and topologies."""
-    # The CLI is the one place in marl/ that reaches up into populations/, lazily.
-    try:
-        from populations.config import load_pbt_config
-        from populations.pbt import run_pbt
-    except ImportError as exc:
-        if "ray" not in str(exc):
-            raise
-        raise MarlError("marl population needs Ray: pip install -e '.[ray]'") from None
+    _need_ray_extra()
     from marl.team import load_team
+    from populations.config import load_pbt_config
+    from populations.pbt import run_pbt
 
     team = load_team(scenario)
     cfg = load_pbt_config(config, [*sets, *([f"members={members}"] if members else [])])
@@ -367,14 +373,10 @@ def population_league(
                                                             "runs/NAME-league)."),
 ) -> None:
     """Self-play league on a competitive scenario: PFSP opponents, snapshots, ratings."""
-    try:
-        from populations.config import load_league_config
-        from populations.league import check_two_teams, run_league
-    except ImportError as exc:
-        if "ray" not in str(exc) and "openskill" not in str(exc):
-            raise
-        raise MarlError("marl population needs Ray: pip install -e '.[ray]'") from None
+    _need_ray_extra()
     from marl.team import load_team
+    from populations.config import load_league_config
+    from populations.league import check_two_teams, run_league
 
     team = load_team(scenario)
     check_two_teams(team)

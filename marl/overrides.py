@@ -1,12 +1,18 @@
-"""``key=value`` overrides from the command line (``--set``), values read as YAML."""
+"""Settings files and ``key=value`` overrides from the command line (``--set``), values
+read as YAML."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from marl.errors import ConfigError
+from marl.scenario import problems_from, read_yaml
+
+Model = TypeVar("Model", bound=BaseModel)
 
 
 def parse_sets(pairs: list[str]) -> dict[str, Any]:
@@ -26,3 +32,28 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
             raise ConfigError(f"--set {pair!r}: the value is not valid YAML "
                               f"({getattr(exc, 'problem', exc)}); quote it.") from None
     return params
+
+
+def load_settings(model: type[Model], what: str, path: str | Path | None = None,
+                  sets: list[str] | None = None) -> Model:
+    """``model``'s defaults, then the YAML file's overrides, then ``key=value`` overrides;
+    problems name the file, line and key (``what``: "training config", ...)."""
+    data: dict[str, Any] = {}
+    lines: dict = {}
+    source = str(path) if path is not None else "--set"
+    if path is not None:
+        raw, lines = read_yaml(path)
+        if raw is not None and not isinstance(raw, dict):
+            raise ConfigError(f"{path}: a {what} file holds key: value overrides of "
+                              f"{model.__name__}, got a {type(raw).__name__}.")
+        data.update(raw or {})
+    overrides = parse_sets(sets or [])
+    data.update(overrides)
+    for key in overrides:  # a value from --set has no line in the file
+        lines.pop((key,), None)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = problems_from(exc, model, lines=lines)
+        raise ConfigError(f"invalid {what}:\n" + "\n".join(
+            "  " + p.render(source) for p in problems)) from None

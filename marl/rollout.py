@@ -80,6 +80,18 @@ class EpisodeBatch:
         """(B, N): each agent's reward, its side's score minus its side's token penalty."""
         return self.agent_score - self.agent_penalty
 
+    def side_figures(self, prefix: str) -> dict[str, Any]:
+        """Each team's reward and success in a competitive batch, for a metrics row whose
+        top-level figures are the first team's; nothing for a cooperative one."""
+        if self.side_score is None:
+            return {}
+        reward = self.side_score - self.side_penalty
+        return {f"{prefix}side_reward_mean": {s: float(reward[:, i].mean())
+                                              for i, s in enumerate(self.sides)},
+                f"{prefix}side_success_rate": {s: float((self.side_score[:, i] >= 1).float()
+                                                        .mean())
+                                               for i, s in enumerate(self.sides)}}
+
     @property
     def reward(self) -> torch.Tensor:
         """(B,) team reward: score minus the token penalty."""

@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from marl import seeds
 from marl.algorithms import learner_class
-from marl.algorithms.common import begin_rl
+from marl.algorithms.common import begin_rl, reference_weights
 from marl.algorithms.config import TrainConfig
 from marl.algorithms.warmup import Habits, warmup_step
 from marl.curriculum import stage_name, stage_teams, variant
@@ -134,7 +134,7 @@ class Trainer:
                         "stage": self.stage, "stage_start": self.stage_start,
                         "learner": self.learner.state_dict(), "best": self.best,
                         "wall": self._now(), "settings": self.changed,
-                        "reference": _references(self.learner.trainables)}, tmp / "state.pt")
+                        "reference": reference_weights(self.learner.trainables)}, tmp / "state.pt")
 
         final = atomic_dir(path, write)
         self._last_checkpoint, self._saved_step = self._now(), self.step_count
@@ -158,8 +158,7 @@ class Trainer:
         self.stage, self.stage_start = state["stage"], state["stage_start"]
         self.habits = Habits(self.cfg.seed, state["habits"])
         self.changed = {}
-        self.set(**state.get("settings", {}))
-        self.learner.team = self.team
+        self.set(**state.get("settings", {}))  # also points the learner at the stage's team
         if self.phase == "rl":
             reference = state.get("reference")
             if not reference:  # written before checkpoints carried their reference
@@ -292,7 +291,7 @@ class Trainer:
             key = "eval" if split == "train" else f"eval_{split}"
             row[f"{key}_success_rate"] = float(batch.success.float().mean())
             if split == "train":
-                row.update(_side_figures(batch, "eval_"))
+                row.update(batch.side_figures("eval_"))
                 row.update(eval_reward_mean=float(batch.reward.mean()),
                            eval_format_valid_rate=batch.per_agent_rate(batch.valid),
                            eval_oracle_agreement=batch.per_agent_rate(batch.oracle_agrees))
@@ -425,7 +424,7 @@ class Trainer:
                                                   "counterfactual_cost_usd")},
                 "skipped_updates": stats.get("skipped", 0.0), "sft_coef": stats.get("sft_coef"),
                 "samples_per_s": int(batch.mask.any(-1).sum()) / seconds,
-                **_side_figures(batch, "")}
+                **batch.side_figures("")}
 
     def train(self, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         cfg = self.cfg
@@ -460,29 +459,6 @@ class Trainer:
         if self._wandb is not None:
             self._wandb.finish()
         return summary
-
-
-def _side_figures(batch: EpisodeBatch, prefix: str) -> dict[str, Any]:
-    """Each team's reward and success in a competitive batch (the row's top-level figures
-    are the first team's); nothing for a cooperative one."""
-    if len(batch.sides) < 2:
-        return {}
-    return {f"{prefix}side_reward_mean": {
-                s: float((batch.side_score[:, i] - batch.side_penalty[:, i]).mean())
-                for i, s in enumerate(batch.sides)},
-            f"{prefix}side_success_rate": {s: float((batch.side_score[:, i] >= 1).float().mean())
-                                           for i, s in enumerate(batch.sides)}}
-
-
-def _references(trainables: list) -> dict[str, list[torch.Tensor]]:
-    """The KL term's frozen reference of each trainable policy, in ``parameters()`` order
-    (empty before RL or without a KL term)."""
-    out = {}
-    for t in trainables:
-        if t.reference is not None:
-            pairs = zip(t.reference.model.parameters(), t.policy.module.parameters(), strict=True)
-            out[t.name] = [p.detach().clone() for p, q in pairs if q.requires_grad]
-    return out
 
 
 def _revalidated(cfg: TrainConfig, changes: dict[str, Any]) -> TrainConfig:

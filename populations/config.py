@@ -10,10 +10,22 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from marl.algorithms.config import TrainConfig
-from marl.errors import ConfigError
-from marl.overrides import parse_sets
-from marl.scenario import problems_from, read_yaml
+from marl.overrides import load_settings
+from marl.scenario import problems_from
 from marl.trainer import MUTABLE
+
+
+def _check_train(train: dict[str, Any], set_where: str) -> None:
+    """``train`` must be valid TrainConfig overrides without the two keys a population sets
+    itself."""
+    fixed = sorted({"seed", "iterations"} & set(train))
+    if fixed:
+        raise ValueError(f"train: {', '.join(fixed)} are set {set_where}; remove them")
+    try:
+        TrainConfig.model_validate(train)
+    except ValidationError as exc:
+        found = "; ".join(f"train.{p.path}: {p.message}" for p in problems_from(exc, TrainConfig))
+        raise ValueError(found) from None
 
 
 class Range(BaseModel):
@@ -101,16 +113,7 @@ class PBTConfig(BaseModel):
                                  "[{kind: star, hub: lead}, {kind: chain}]")
         if self.objective == "success_at_cost" and self.cost_cap_usd is None:
             raise ValueError("objective success_at_cost needs cost_cap_usd (USD per episode)")
-        fixed = sorted({"seed", "iterations"} & set(self.train))
-        if fixed:
-            raise ValueError(f"train: {', '.join(fixed)} are set per member (seed + k, "
-                             "budget_steps); remove them")
-        try:
-            TrainConfig.model_validate(self.train)
-        except ValidationError as exc:
-            found = "; ".join(f"train.{p.path}: {p.message}"
-                              for p in problems_from(exc, TrainConfig))
-            raise ValueError(found) from None
+        _check_train(self.train, "per member (seed + k, budget_steps)")
         return self
 
     def member_config(self, index: int) -> TrainConfig:
@@ -159,16 +162,8 @@ class LeagueConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> LeagueConfig:
-        fixed = sorted({"seed", "iterations"} & set(self.train))
-        if fixed:
-            raise ValueError(f"train: {', '.join(fixed)} are set by the league (seed, "
-                             "generations x iterations_per_generation); remove them")
-        try:
-            TrainConfig.model_validate(self.train)
-        except ValidationError as exc:
-            found = "; ".join(f"train.{p.path}: {p.message}"
-                              for p in problems_from(exc, TrainConfig))
-            raise ValueError(found) from None
+        _check_train(self.train, "by the league (seed, generations x "
+                     "iterations_per_generation)")
         return self
 
     def train_config(self) -> TrainConfig:
@@ -196,33 +191,11 @@ def objective(row: dict[str, Any], cfg: PBTConfig) -> float:
     return success
 
 
-def load_population_config(model: type[BaseModel], path: str | Path | None = None,
-                           sets: list[str] | None = None) -> Any:
-    """``model`` (PBTConfig or LeagueConfig) from defaults, then the YAML file's overrides,
-    then ``key=value`` overrides."""
-    data: dict[str, Any] = {}
-    lines: dict = {}
-    source = str(path) if path is not None else "--set"
-    if path is not None:
-        raw, lines = read_yaml(path)
-        if raw is not None and not isinstance(raw, dict):
-            raise ConfigError(f"{path}: a population config holds key: value settings of "
-                              f"{model.__name__}, got a {type(raw).__name__}.")
-        data.update(raw or {})
-    data.update(parse_sets(sets or []))
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        problems = problems_from(exc, model, lines=lines)
-        raise ConfigError("invalid population config:\n" + "\n".join(
-            "  " + p.render(source) for p in problems)) from None
-
-
 def load_pbt_config(path: str | Path | None = None,
                     sets: list[str] | None = None) -> PBTConfig:
-    return load_population_config(PBTConfig, path, sets)
+    return load_settings(PBTConfig, "population config", path, sets)
 
 
 def load_league_config(path: str | Path | None = None,
                        sets: list[str] | None = None) -> LeagueConfig:
-    return load_population_config(LeagueConfig, path, sets)
+    return load_settings(LeagueConfig, "population config", path, sets)

@@ -204,12 +204,15 @@ def run_pbt(scenario: str | Path, cfg: PBTConfig, out: Path, address: str | None
     logging.getLogger("ray.tune.logger.logger").setLevel(logging.ERROR)
     with ray_session(address):
         if resume:
+            log(f"resuming the population in {out} from Tune's experiment state")
             tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True,
                                        resume_errored=True)
         else:
             tuner = _tuner(trainable, cfg, out)
         grid = tuner.fit()
     population = _population(grid, cfg, out)
+    log(f"{len(population['members'])} members, {population['exploits']} exploits; "
+        f"writing {out / 'population.json'}")
     unfinished = [m["id"] for m in population["members"] if m["steps"] < cfg.budget_steps]
     population["finished"] = not unfinished
     atomic_write_json(out / "population.json", population)

@@ -79,6 +79,17 @@ def begin_rl(trainables: list[Trainable], cfg: TrainConfig,
         t.reference.model.requires_grad_(False)
 
 
+def reference_weights(trainables: list[Trainable]) -> dict[str, list[torch.Tensor]]:
+    """The KL term's frozen reference of each trainable policy, in ``parameters()`` order
+    (what :func:`begin_rl` takes back; empty before RL or without a KL term)."""
+    out = {}
+    for t in trainables:
+        if t.reference is not None:
+            pairs = zip(t.reference.model.parameters(), t.policy.module.parameters(), strict=True)
+            out[t.name] = [p.detach().clone() for p, q in pairs if q.requires_grad]
+    return out
+
+
 @dataclass
 class Samples:
     """A policy's completions in a batch, flattened: one row per (episode, call)."""

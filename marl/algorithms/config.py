@@ -6,11 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from marl.errors import ConfigError
-from marl.overrides import parse_sets
-from marl.scenario import problems_from, read_yaml
+from marl.overrides import load_settings
 
 
 class Stage(BaseModel):
@@ -190,22 +188,4 @@ class TrainConfig(BaseModel):
 
 def load_config(path: str | Path | None = None, sets: list[str] | None = None) -> TrainConfig:
     """Defaults, then the YAML file's overrides, then ``key=value`` overrides."""
-    data: dict[str, Any] = {}
-    lines: dict = {}
-    source = str(path) if path is not None else "--set"
-    if path is not None:
-        raw, lines = read_yaml(path)
-        if raw is not None and not isinstance(raw, dict):
-            raise ConfigError(f"{path}: a config file holds key: value overrides of "
-                              f"TrainConfig, got a {type(raw).__name__}.")
-        data.update(raw or {})
-    overrides = parse_sets(sets or [])
-    data.update(overrides)
-    for key in overrides:  # a value from --set has no line in the file
-        lines.pop((key,), None)
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        problems = problems_from(exc, TrainConfig, lines=lines)
-        raise ConfigError("invalid training config:\n" + "\n".join(
-            "  " + p.render(source) for p in problems)) from None
+    return load_settings(TrainConfig, "training config", path, sets)

@@ -60,6 +60,20 @@ def inbox_messages(observation: str, agents: Sequence[str]) -> list[tuple[str, s
     return out
 
 
+def first_heard(observation: str, agents: Sequence[str], length: int,
+                alphabet: str) -> str | None:
+    """The first message in the prompt made of exactly ``length`` characters of
+    ``alphabet`` (the code a listener or relay acts on), or None.
+
+    >>> first_heard("you are b (x). v\\n[round 1]\\na> abc\\na> de\\nb>", ["a", "b"], 2, "de")
+    'de'
+    """
+    for _, msg in inbox_messages(observation, agents):
+        if len(msg) == length and all(c in alphabet for c in msg):
+            return msg
+    return None
+
+
 def is_code(message: str, length: int, alphabet: str) -> bool:
     """``length`` characters of ``alphabet``, or ``length`` ``?`` marks ("nothing to say").
 

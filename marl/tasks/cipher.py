@@ -41,7 +41,7 @@ from marl.tasks.base import (
     Instance,
     Task,
     TaskParams,
-    inbox_messages,
+    first_heard,
     is_code,
     is_index,
     private_text,
@@ -130,11 +130,7 @@ class Cipher(Task):
             secret = int(mine.split()[1])
             letter = LETTERS[(secret + self._key(observation)) % self.params.values]
             return letter * self.params.message_length
-        m = self.params.message_length
-        for _, msg in inbox_messages(observation, self.agents):
-            if len(msg) == m and all(c in LETTERS for c in msg):
-                return msg
-        return None
+        return first_heard(observation, self.agents, self.params.message_length, LETTERS)
 
     def _answer(self, observation: str) -> str | None:
         code = self._code(observation)

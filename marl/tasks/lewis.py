@@ -38,7 +38,7 @@ from marl.tasks.base import (
     Instance,
     Task,
     TaskParams,
-    inbox_messages,
+    first_heard,
     is_code,
     is_index,
     private_text,
@@ -85,11 +85,7 @@ class Lewis(Task):
         mine = private_text(observation).removeprefix("object: ")
         if mine.isdigit():
             return LETTERS[int(mine)] * self.params.message_length
-        m = self.params.message_length
-        for _, msg in inbox_messages(observation, self.agents):
-            if len(msg) == m and all(c in LETTERS for c in msg):
-                return msg
-        return None
+        return first_heard(observation, self.agents, self.params.message_length, LETTERS)
 
     def _answer(self, observation: str) -> str | None:
         """The object the heard code names; None if no code names one."""

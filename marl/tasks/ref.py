@@ -42,7 +42,7 @@ import numpy as np
 from pydantic import Field
 
 from marl.errors import Problem
-from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, is_code, private_text
+from marl.tasks.base import Instance, Task, TaskParams, first_heard, is_code, private_text
 
 LETTERS = string.ascii_lowercase
 
@@ -159,11 +159,9 @@ class Ref(Task):
         mine = private_text(observation).removeprefix("object: ")
         if mine.isdigit():
             return tuple(int(c) for c in mine)
-        for _, msg in inbox_messages(observation, self.agents):
-            if len(msg) == self.params.message_length and all(c in self.alphabet
-                                                               for c in msg):
-                return self.decode(msg)
-        return None
+        heard = first_heard(observation, self.agents, self.params.message_length,
+                            self.alphabet)
+        return None if heard is None else self.decode(heard)
 
     def oracle(self, agent: str, observation: str, final: bool) -> str:
         meaning = self._heard(observation)

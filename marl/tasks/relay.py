@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import Field
 
 from marl.errors import Problem
-from marl.tasks.base import Instance, Task, TaskParams, inbox_messages, is_code, private_text
+from marl.tasks.base import Instance, Task, TaskParams, first_heard, is_code, private_text
 
 LETTERS = string.ascii_lowercase
 
@@ -70,10 +70,7 @@ class Relay(Task):
         own = private_text(observation).removeprefix("fact: ")
         if len(own) == n and all(c in LETTERS for c in own):
             return own
-        for _, msg in inbox_messages(observation, self.agents):
-            if len(msg) == n and all(c in LETTERS for c in msg):
-                return msg
-        return "?" * n
+        return first_heard(observation, self.agents, n, LETTERS) or "?" * n
 
     def demonstration(self, agent: str, observation: str, final: bool) -> str | None:
         answer = self.oracle(agent, observation, final)

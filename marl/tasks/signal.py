@@ -38,7 +38,7 @@ from marl.tasks.base import (
     Instance,
     Task,
     TaskParams,
-    inbox_messages,
+    first_heard,
     is_code,
     is_index,
     private_text,
@@ -109,10 +109,7 @@ class Signal(Task):
         mine = private_text(observation)
         if mine.startswith("target: ") and "?" not in mine:
             return mine[len("target: "):][: self.m]
-        for _, msg in inbox_messages(observation, self.agents):
-            if len(msg) == self.m and all(c in LETTERS for c in msg):
-                return msg
-        return None
+        return first_heard(observation, self.agents, self.m, LETTERS)
 
     def _answer(self, observation: str) -> str | None:
         """The index of the candidate with the heard prefix; None if none matches."""
