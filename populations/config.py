@@ -55,6 +55,26 @@ class Resources(BaseModel):
     cpus: float = Field(1, gt=0, description="CPUs per member.")
     gpus: float = Field(0, ge=0, description="GPUs per member; its policies then run on "
                         "the GPU Ray assigns.")
+    bundles: list[dict[str, float]] | None = Field(
+        None, description="Instead of cpus and gpus: a placement group per member, e.g. "
+        "[{CPU: 1, GPU: 1}, {CPU: 1, GPU: 1}] for a trainer and a rollout engine; the member "
+        "runs in the first bundle, and actors it starts land in the group.")
+    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "PACK", description="How a member's bundles are placed over the nodes.")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> Resources:
+        if self.bundles is not None and not self.bundles:
+            raise ValueError("bundles: give at least one bundle, or leave bundles out")
+        return self
+
+    def request(self) -> Any:
+        """What ``tune.with_resources`` takes: a dict, or a placement group factory."""
+        if self.bundles is None:
+            return {"cpu": self.cpus, "gpu": self.gpus}
+        from ray import tune
+
+        return tune.PlacementGroupFactory(self.bundles, strategy=self.strategy)
 
 
 class PBTConfig(BaseModel):

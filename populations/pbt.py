@@ -124,6 +124,7 @@ def member(config: dict[str, Any], spec: MemberSpec) -> None:
             atomic_write_json(run_dir / "summary.json", {
                 "member": trial_id, "steps": trainer.step_count, "final": metrics,
                 "node": ray.get_runtime_context().get_node_id(), "gpu_ids": ray.get_gpu_ids(),
+                "placement_group": _bundles(),
                 "device": str(trainer.learner.trainables[0].policy.model.device)})
         with tempfile.TemporaryDirectory() as d:
             trainer.save(Path(d) / "trainer")
@@ -149,6 +150,12 @@ def member(config: dict[str, Any], spec: MemberSpec) -> None:
             reported, donor, donor_step = True, "", -1
     if not reported:  # cloned from a donor that had already spent the whole budget
         report()
+
+
+def _bundles() -> list[dict[str, float]] | None:
+    """The bundles of the placement group this member runs in (None outside one)."""
+    group = ray.util.get_current_placement_group()
+    return None if group is None else group.bundle_specs
 
 
 def _placed(team: Team, cfg: PBTConfig) -> Team:
@@ -198,7 +205,7 @@ def run_pbt(scenario: str | Path, cfg: PBTConfig, out: Path, address: str | None
                         "choose another --out.")
     spec = MemberSpec(scenario=scenario, pbt=cfg, out=str(out))
     trainable = tune.with_resources(tune.with_parameters(member, spec=spec),
-                                    {"cpu": cfg.resources.cpus, "gpu": cfg.resources.gpus})
+                                    cfg.resources.request())
     logging.getLogger("ray.tune.schedulers.pbt").setLevel(logging.WARNING)  # exploits.jsonl
     # A member restored before its first result has no result.json yet: Tune warns, harmlessly.
     logging.getLogger("ray.tune.logger.logger").setLevel(logging.ERROR)

@@ -196,3 +196,21 @@ def test_members_tied_with_the_top_are_not_cloned():
     for t in trials:
         scheduler._trial_state[t].last_score = 1.0
     assert scheduler._quantiles()[0] == []  # all tied: nobody is cloned
+
+
+def test_a_member_can_own_a_placement_group(ray_local, tmp_path):
+    """resources.bundles: each member is a placement group (trainer + room for a rollout
+    engine); the member runs inside it."""
+    bundles = [{"CPU": 1.0}, {"CPU": 0.5}]
+    cfg = pbt_config(budget_steps=4, mutations={"temperature": [0.9, 1.0]},
+                     resources={"bundles": bundles})
+    run_pbt(ROOT / "scenarios" / "signal.yaml", cfg, tmp_path / "pop", log=lambda m: None)
+    summaries = [json.loads(p.read_text())
+                 for p in sorted((tmp_path / "pop").glob("members/*/summary.json"))]
+    assert len(summaries) == 2
+    assert all(s["placement_group"] == bundles for s in summaries)
+
+
+def test_placement_bundles_must_not_be_empty():
+    with pytest.raises(ValueError, match="at least one bundle"):
+        PBTConfig.model_validate({"resources": {"bundles": []}})
