@@ -20,13 +20,25 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 def atomic_write_lines(path: str | Path, chunks: Iterable[str]) -> Path:
+    def write(f: Any) -> None:
+        for chunk in chunks:
+            f.write(chunk)
+
+    return _atomic(path, "w", write)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Binary twin of :func:`atomic_write_text` (images)."""
+    return _atomic(path, "wb", lambda f: f.write(data))
+
+
+def _atomic(path: str | Path, mode: str, write: Callable[[Any], Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            for chunk in chunks:
-                f.write(chunk)
+        with os.fdopen(fd, mode) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -35,6 +35,8 @@ SHUFFLE = 9
 HABITS = 10
 #: A league's opponent draws, learner iterations and matches.
 LEAGUE = 11
+#: Replays of ``marl analyze`` (interventions on a checkpoint): ``(seed, ANALYSIS)``.
+ANALYSIS = 12
 
 
 def derive_seed(seed: int, *path: int) -> int:

@@ -96,6 +96,14 @@ class Team:
     def backend(self, agent_id: str) -> str:
         return self.scenario.policies[self.agent(agent_id).policy].backend
 
+    def to_yaml(self) -> str:
+        """The scenario as YAML (the keys it was given), which :func:`load_team` reads back
+        to the same team: what a run directory keeps as ``scenario.yaml``."""
+        import yaml
+
+        return yaml.safe_dump(self.scenario.model_dump(mode="json", exclude_unset=True),
+                              sort_keys=False)
+
     def is_final_call(self, agent_id: str, rnd: int) -> bool:
         return rnd == self.rounds - 1 and agent_id in self.answer_agents
 

@@ -9,6 +9,7 @@ moves the team through stages of task / scenario overrides during RL.
 Run directory::
 
     config.yaml          the fully resolved TrainConfig (plus the scenario path)
+    scenario.yaml        the scenario as trained (what ``marl analyze`` replays)
     metrics.jsonl        one row per warm-up step and per iteration (appended)
     episodes/iter_NNNNNN.jsonl   a few sampled training episodes (transcripts, ledger rows)
     episodes/eval_NNNNNN.jsonl   every evaluation episode (eval_warmup_NNNNNN in warm-up)
@@ -431,6 +432,7 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.out / "config.yaml", yaml.safe_dump(
             {"scenario": self.teams[0].source, **cfg.model_dump()}, sort_keys=False))
+        atomic_write_text(self.out / "scenario.yaml", self.team.to_yaml())
         if cfg.wandb:
             self._wandb = _wandb_run(cfg, self.out, self.teams[0])
         while self.iteration < cfg.iterations:

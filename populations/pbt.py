@@ -106,6 +106,7 @@ def member(config: dict[str, Any], spec: MemberSpec) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(
         {"scenario": spec.scenario, **trainer.cfg.model_dump()}, sort_keys=False))
+    atomic_write_text(run_dir / "scenario.yaml", trainer.team.to_yaml())
     append_jsonl(run_dir / "lineage.jsonl", {"step": trainer.step_count, "donor": donor or None,
                                              "settings": settings, "pid": os.getpid()})
     latest: dict[str, Any] = {}
