@@ -32,14 +32,18 @@ def label(run: dict[str, Any]) -> str:
 
 def _figure(cols: int = 1, rows: int = 1, width: float = 5.0,
             height: float = 3.6) -> tuple[Figure, Any]:
-    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    w, h = width * cols, height * rows
+    fig = Figure(figsize=(w, h))  # fixed margins: a layout engine would double the time
     FigureCanvasAgg(fig)
-    return fig, fig.subplots(rows, cols, squeeze=False)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    fig.subplots_adjust(left=0.75 / w, right=1 - 0.2 / w, bottom=0.6 / h, top=1 - 0.6 / h,
+                        wspace=0.35, hspace=0.6)
+    return fig, axes
 
 
 def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
+    fig.savefig(buf, format="png", dpi=80)
     return buf.getvalue()
 
 
@@ -58,16 +62,17 @@ def learning_figure(runs: Sequence[dict[str, Any]]) -> Figure | None:
             line, = ax[0, j].plot(c[x], c["success"], lw=0.8, alpha=0.6, label=label(r))
             ax[0, j].plot(c[ex], c["eval_success"], "o-", ms=3, color=line.get_color())
             ax[1, j].plot(c[x], c["tokens_per_episode"], lw=0.8, color=line.get_color())
-        ax[0, j].set(xlabel=name, ylabel="success (line: sampled, dots: greedy eval)",
-                     ylim=(-0.02, 1.02))
+        ax[0, j].set(xlabel=name, ylabel="success", ylim=(-0.02, 1.02))
         ax[1, j].set(xlabel=name, ylabel="tokens per episode")
-    ax[0, 0].legend(fontsize=7, loc="best")
-    fig.suptitle("Learning: success and tokens against steps and against spend")
+    ax[0, 0].legend(fontsize=7, loc="upper left")
+    fig.suptitle("Learning: success (line: sampled, dots: greedy evaluation) and tokens per "
+                 "episode, against steps and against spend")
     return fig
 
 
 def _front_line(axis: Any, xs: list[float], ys: list[float]) -> None:
-    axis.step(xs, ys, where="post", color="crimson", lw=1.2, label="Pareto front")
+    axis.step(xs, ys, where="post", color="crimson", lw=1.2, marker="o", mfc="none", ms=9,
+              label="Pareto front")
 
 
 def cost_figure(runs: Sequence[dict[str, Any]], scenario: str,
@@ -84,7 +89,7 @@ def cost_figure(runs: Sequence[dict[str, Any]], scenario: str,
         on = sorted((r[key], r["success"]) for r in runs if r["label"] in front)
         if on:
             _front_line(ax[0, j], [x for x, _ in on], [y for _, y in on])
-            ax[0, j].legend(fontsize=7)
+            ax[0, j].legend(fontsize=7, loc="lower right")
         ax[0, j].set(xlabel=f"{name} per episode", ylabel="success", ylim=(-0.02, 1.02))
     fig.suptitle(f"{scenario}: cost against success (the last evaluation of each run)")
     return fig
@@ -127,7 +132,7 @@ def tokens_figure(run: dict[str, Any], graph: Any | None) -> Figure | None:
         ax[0, 0].bar(agents, vals, bottom=bottom, label=part, color=color)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax[0, 0].set(ylabel="tokens per episode", title="per agent")
-    ax[0, 0].legend(fontsize=7)
+    ax[0, 0].legend(fontsize=7, loc="lower right")
     ax[0, 0].tick_params(axis="x", labelrotation=30, labelsize=7)
     if graph is not None:
         _draw_graph(ax[0, 1], graph, run["tokens"]["per_edge"])
@@ -181,7 +186,7 @@ def emergence_figure(run: dict[str, Any]) -> Figure | None:
                                                 for v in series[name]], "o-", ms=3,
                               label=agent)
         axis.set(title=name.replace("_", " "), xlabel="iteration")
-        axis.legend(fontsize=6)
+        axis.legend(fontsize=6, loc="upper left")
     for k in range(len(panels), ax.size):
         ax[k // 4, k % 4].set_axis_off()
     fig.suptitle(f"{label(run)}: emergence over training (bits; greedy evaluations"
