@@ -123,7 +123,7 @@ def run(
 ) -> None:
     """Play episodes; print success, reward, tokens and cost; write summary.json and
     episodes.jsonl."""
-    from marl.io import atomic_write_json, atomic_write_jsonl
+    from marl.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
     from marl.runner import run as run_team
     from marl.runner import summarize
     from marl.team import load_team
@@ -136,6 +136,7 @@ def run(
                           on_episode=lambda n: tick(n, f"{team.name}: {n}/{episodes} episodes"))
     summary = summarize(result, policy)
     atomic_write_jsonl(target / "episodes.jsonl", result.episodes)
+    atomic_write_text(target / "scenario.yaml", team.to_yaml())
     atomic_write_json(target / "summary.json", summary)
     total = {**summary["tokens_per_episode"], "cost": summary["cost_usd_per_episode"]}
     rows = {a: {**r, "cost": r["cost_usd_per_episode"]} for a, r in summary["per_agent"].items()}
@@ -156,6 +157,51 @@ def run(
                   f"{a} {r:.3f}" for a, r in summary["oracle_agreement"].items()),
               highlight=False)
     out.print(f"wrote {target / 'summary.json'} and {target / 'episodes.jsonl'}", highlight=False)
+
+
+@app.command()
+@guarded
+def sweep(
+    scenario: Path,
+    grids: list[str] = typer.Option(..., "--grid", help="key=v1,v2,...: a scenario field by "
+                                    "its dotted path (topology.kind, agents.1.count) or, with "
+                                    "--train, train.SETTING; repeat for a product."),
+    policy: str | None = typer.Option(None, help="Override every policy's backend: "
+                                                 "scripted | random | tiny | hf."),
+    train: Path | None = typer.Option(None, help="Train every cell with this training config "
+                                                 "(e.g. configs/algorithm/magrpo.yaml)."),
+    sets: list[str] = typer.Option([], "--set", help="Training config override key=value "
+                                                     "(with --train)."),
+    episodes: int | None = typer.Option(None, min=1, help="Episodes per cell (default 32)."),
+    seed: int | None = typer.Option(None, min=0, help="Seed (default: the scenario's)."),
+    workers: int | None = typer.Option(None, min=1, help="Worker processes (default: "
+                                                         "min(cells, CPUs); 1: in-process)."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Sweep directory (default "
+                                                            "runs/sweep-NAME)."),
+) -> None:
+    """Evaluate (or train) every cell of a grid over scenario fields; write cells.jsonl,
+    table.md, table.csv and pareto.png. Run it again to resume."""
+    from marl.sweep import run_sweep
+    from marl.sweep_tables import table_rows
+
+    try:
+        report = run_sweep(scenario, grids, policy=policy, train=train, sets=sets,
+                           episodes=episodes, seed=seed, workers=workers, out=out_dir,
+                           log=lambda msg: err.print(msg, markup=False, highlight=False))
+    except KeyboardInterrupt:
+        err.print("interrupted; finished cells are kept in cells.jsonl: run the same command "
+                  "again to resume.", highlight=False)
+        raise typer.Exit(130) from None
+    header, rows = table_rows(report.cells, report.rows)
+    table = Table(title=f"{len(report.cells)} cells: {report.ran} run, {report.skipped} "
+                        "skipped (done before)")
+    for i, col in enumerate(header[:-1]):  # errors are printed above and kept in table.md
+        table.add_column(col, justify="right" if i > len(report.cells[0].values) else "left")
+    for row in rows:
+        table.add_row(*map(escape, row[:-1]))
+    out.print(table)
+    out.print("wrote " + ", ".join(str(p) for p in [report.out / "cells.jsonl", *report.paths])
+              + f" and {report.out / 'cells'}/", highlight=False)
 
 
 class _progress:
@@ -398,6 +444,53 @@ def population_league(
 
 def _setting(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+@app.command()
+@guarded
+def analyze(
+    runs: list[Path] = typer.Argument(..., help="Run, sweep or population directories."),
+    report: Path | None = typer.Option(None, "--out", help="HTML report (default: "
+                                       "RUN/report.html for one run, else ./report.html)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the numbers as JSON."),
+    figures_dir: Path | None = typer.Option(None, "--figures", help="Also write every figure "
+                                            "as a PNG into this folder."),
+    points: int = typer.Option(20, min=1, help="Evaluations per run in the emergence curves."),
+    replay: bool = typer.Option(False, help="Replay every kept checkpoint to measure causal "
+                                "influence and counterfactual importance (costs tokens; "
+                                "cached in RUN/analysis/)."),
+    replay_episodes: int = typer.Option(64, min=1, help="Episodes per replay."),
+    replay_samples: int = typer.Option(8, min=1, help="Listener samples per intervention."),
+    seed: int = typer.Option(0, min=0, help="Seed of the replays."),
+) -> None:
+    """Report on runs: learning against cost, Pareto fronts, where tokens go, and how the
+    agents came to collaborate (emergence metrics)."""
+    from marl.analysis.analyze import analyze as numbers
+    from marl.analysis.report import export_pngs, figures, html_report, text_summary
+    from marl.io import atomic_write_text
+
+    data = numbers(runs, points)
+    if not data["runs"]:
+        raise MarlError("no run to analyze:\n  " + "\n  ".join(data["problems"]))
+    if replay:
+        from marl.analysis.replay import replay_run
+
+        for run in data["runs"]:
+            if run["kind"] == "train" and run["edges"] is not None:
+                run["interventions"] = replay_run(Path(run["path"]), replay_episodes,
+                                                  replay_samples, seed,
+                                                  log=lambda m: err.print(m, highlight=False))
+    figs = figures(data)
+    target = report or (runs[0] / "report.html" if len(runs) == 1 and data["runs"][0][
+        "path"] == str(runs[0]) else Path("report.html"))
+    atomic_write_text(target, html_report(data, figs))
+    written = export_pngs(figs, figures_dir) if figures_dir is not None else []
+    if as_json:
+        print(json.dumps(data, indent=1))
+    else:
+        out.print(escape(text_summary(data)), highlight=False)
+    err.print(f"wrote {target}" + (f" and {len(written)} PNG(s) in {figures_dir}"
+                                   if written else ""), highlight=False)
 
 
 def main() -> None:
