@@ -178,15 +178,22 @@ def sweep(
                                                          "min(cells, CPUs); 1: in-process)."),
     out_dir: Path | None = typer.Option(None, "--out", help="Sweep directory (default "
                                                             "runs/sweep-NAME)."),
+    ray: bool = typer.Option(False, "--ray", help="Run the cells as Ray tasks (a local Ray, "
+                                                  "or RAY_ADDRESS) instead of processes."),
+    address: str | None = typer.Option(None, help="Ray cluster to run the cells on "
+                                                   "(implies --ray)."),
 ) -> None:
     """Evaluate (or train) every cell of a grid over scenario fields; write cells.jsonl,
     table.md, table.csv and pareto.png. Run it again to resume."""
     from marl.sweep import run_sweep
     from marl.sweep_tables import table_rows
 
+    if ray or address:
+        _need_ray_extra("marl sweep --ray")
     try:
         report = run_sweep(scenario, grids, policy=policy, train=train, sets=sets,
                            episodes=episodes, seed=seed, workers=workers, out=out_dir,
+                           ray=ray, address=address,
                            log=lambda msg: err.print(msg, markup=False, highlight=False))
     except KeyboardInterrupt:
         err.print("interrupted; finished cells are kept in cells.jsonl: run the same command "
@@ -351,14 +358,14 @@ def topology_show(
         out.print(f"wrote {draw_png(graph, out_png, title=f'{kind} ({agents} agents)')}")
 
 
-def _need_ray_extra() -> None:
-    """``marl population`` reaches up into ``populations/`` (lazily: the one place in marl/
-    that does); it needs the ``ray`` extra."""
+def _need_ray_extra(command: str = "marl population") -> None:
+    """``marl population`` and ``marl sweep --ray`` reach up into ``populations/`` (lazily:
+    the one place in marl/ that does); they need the ``ray`` extra."""
     from importlib.util import find_spec
 
     missing = [name for name in ("ray", "openskill") if find_spec(name) is None]
     if missing:
-        raise MarlError(f"marl population needs {' and '.join(missing)}: "
+        raise MarlError(f"{command} needs {' and '.join(missing)}: "
                         "pip install -e '.[ray]'")
 
 

@@ -231,7 +231,8 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, seen: dict,
                                      for res in results])
     records = [{**{k: v for k, v in res.items() if k != "cost_usd"},
                 "cost_usd": str(res["cost_usd"]), "group": b // group_size,
-                "private": dict(env.instance.private), "transcript": env.transcript, "ledger": [r.to_json() for r in env.rows]}
+                "private": dict(env.instance.private), "transcript": env.transcript,
+                "ledger": [r.to_json() for r in env.rows]}
                for b, (env, res) in enumerate(zip(envs, results, strict=True))]
     return EpisodeBatch(
         agents=team.ids,

@@ -3,7 +3,8 @@
 Each ``--grid key=v1,v2`` names a scenario field by its dotted path into the scenario's
 YAML mapping (``topology.kind``, ``costs.penalty_per_1k``; a number indexes a list, as in
 ``agents.1.count``) or, with ``--train``, a training setting (``train.lr``). The cells are
-the Cartesian product of the grids, the first grid varying slowest. A cell is applied with
+the Cartesian product of the grids, the first grid varying slowest; they run in worker
+processes, or as Ray tasks (:mod:`populations.cells`). A cell is applied with
 :func:`marl.curriculum.merge` (so ``topology.kind=chain`` on a star drops the star's
 ``hub``), validated, then evaluated like ``marl run`` or trained like ``marl train``.
 
@@ -375,6 +376,7 @@ def run_sweep(scenario: Path, grid_flags: Sequence[str], *, policy: str | None =
               train: Path | None = None, sets: Sequence[str] = (),
               episodes: int | None = None, seed: int | None = None,
               workers: int | None = None, out: Path | None = None,
+              ray: bool = False, address: str | None = None,
               log: Callable[[str], None] = print) -> SweepReport:
     """Run every cell not done yet, append its row to ``cells.jsonl``, and rewrite the
     tables and the plot; every cell invalid is a :class:`MarlError` (after the tables)."""
@@ -404,9 +406,17 @@ def run_sweep(scenario: Path, grid_flags: Sequence[str], *, policy: str | None =
         latest[cell.id] = job
         log(f"{cell.id} {cell.label}: invalid: {one_line(job['error'])}")
     n = min(len(jobs), workers or os.cpu_count() or 1)
+    if ray or address:
+        from populations.cells import execute_on_ray  # needs the ray extra (checked by the CLI)
+
+        rows = execute_on_ray(jobs, address)
+        where = f"Ray ({address or 'RAY_ADDRESS or a local Ray'})"
+    else:
+        rows = execute(jobs, n)
+        where = f"{n} worker{'s' if n > 1 else ''}"
     if jobs:
-        log(f"running {len(jobs)} cells on {n} worker{'s' if n > 1 else ''}")
-    for done, row in enumerate(execute(jobs, n), 1):
+        log(f"running {len(jobs)} cells on {where}")
+    for done, row in enumerate(rows, 1):
         append_jsonl(out / "cells.jsonl", row)
         latest[row["id"]] = row
         log(f"[{done}/{len(jobs)}] {_progress(row)}")
@@ -479,8 +489,8 @@ def _job(cell: Cell, raw: dict[str, Any], source: str, out: Path, base_train: di
     except MarlError as exc:
         error = str(exc)
     else:
-        return Job(cell.id, cell.values, data, where, out / "cells" / cell.id, train, policy,
-                   episodes, seed)
+        return Job(cell.id, cell.values, data, where, (out / "cells" / cell.id).resolve(),
+                   train, policy, episodes, seed)
     return {"id": cell.id, "values": cell.values, "status": "invalid", "error": error}
 
 

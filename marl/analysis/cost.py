@@ -23,7 +23,7 @@ def pareto_front(costs: Sequence[float], values: Sequence[float]) -> list[int]:
     """
     if len(costs) != len(values):
         raise ValueError(f"{len(costs)} costs but {len(values)} values.")
-    points = [(float(c), -float(v), i) for i, (c, v) in enumerate(zip(costs, values))
+    points = [(float(c), -float(v), i) for i, (c, v) in enumerate(zip(costs, values, strict=True))
               if c == c and v == v]
     front: list[int] = []
     best = float("inf")  # lowest -value seen so far (the highest value)

@@ -163,8 +163,10 @@ def _episodes(rows: Sequence[LedgerRow]) -> int:
 
 
 def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """A training run's kept RL checkpoints, ``(iteration, path)`` in order."""
-    found = []
+    """A training run's kept checkpoints, ``(iteration, path)`` in order: the team after
+    the warm-up as iteration 0, then the kept RL checkpoints."""
+    warmup = Path(run_dir) / "checkpoints" / "warmup"
+    found = [(0, warmup)] if warmup.is_dir() else []
     for path in (Path(run_dir) / "checkpoints").glob("iter_*"):
         if path.is_dir() and path.name[5:].isdigit():
             found.append((int(path.name[5:]), path))

@@ -33,7 +33,8 @@ class Run:
     rows: list[dict[str, Any]] = field(default_factory=list)  # metrics.jsonl
     summary: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
-    evals: list[tuple[int, Path]] = field(default_factory=list)  # RL evaluations, in order
+    # Evaluations in order: (0, the warm-up's last), then (iteration, file) of RL.
+    evals: list[tuple[int, Path]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what could not be read, and why
 
     @property
@@ -127,7 +128,9 @@ def load_run(path: Path, label: str | None = None, group: str | None = None) -> 
         run.config = _read_yaml(path / "config.yaml", run.notes)
         evals = [(int(m.group(1)), f) for f in (path / "episodes").glob("eval_*.jsonl")
                  if (m := _EVAL.match(f.name))]
-        run.evals = sorted(evals)
+        warmup = sorted((path / "episodes").glob("eval_warmup_*.jsonl"))
+        # The team as the warm-up left it, before any reward: iteration 0.
+        run.evals = ([(0, warmup[-1])] if warmup else []) + sorted(evals)
         if not run.rows:
             run.notes.append("metrics.jsonl has no rows yet.")
         if not run.finished:

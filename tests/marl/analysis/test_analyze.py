@@ -130,6 +130,8 @@ def test_the_cli_reports_a_training_run_and_an_evaluation(trained, evaluated, tm
     by = {r["label"]: r for r in data["runs"]}
     assert by["scripted"]["success"] == 1.0 and by["scripted"]["uses_oracle"]
     assert by["signal_run"]["curve"]["iteration"] == [1, 2, 3, 4]
+    # The team as the warm-up left it is the emergence curves' iteration 0.
+    assert by["signal_run"]["emergence"]["iteration"] == [0, 2, 4]
     assert by["signal_run"]["edges"] == [["speaker", "listener", 0]]
     # The scripted oracle's code is a perfect one: every object its own letter.
     speaker = by["scripted"]["emergence"]["agents"]["speaker"]
@@ -154,7 +156,7 @@ def test_replays_measure_influence_at_every_checkpoint_and_are_cached(trained, t
     assert first.exit_code == 0, first.output
     assert "replayed iter_000002" in first.stderr and "tokens" in first.stderr
     replays = json.loads(first.stdout)["runs"][0]["interventions"]
-    assert [r["iteration"] for r in replays] == [2, 4]
+    assert [r["iteration"] for r in replays] == [0, 2, 4]  # 0: after the warm-up
     for r in replays:
         assert set(r["causal_influence"]) == {"speaker->listener"}
         assert r["causal_influence"]["speaker->listener"] >= 0
