@@ -32,26 +32,26 @@ def learning_curve(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
     ([40.0, 85.0], [2], [1.0])
     """
     rl = [r for r in rows if r.get("phase", "rl") == "rl" and "success_rate" in r]
-    played, tokens, usd = [], [], []
+    tokens, usd = [], []
     before = 0
     for r in rl:
         n = r.get("episodes", before) - before
         before = r.get("episodes", before)
-        played.append(n)
         tokens.append(n * r.get("tokens_per_episode", 0.0) + r.get("demo_tokens", 0.0)
                       + r.get("counterfactual_tokens", 0.0))
         usd.append(n * r.get("cost_per_episode", 0.0) + r.get("demo_cost_usd", 0.0)
                    + r.get("counterfactual_cost_usd", 0.0))
-    evals = [r for r in rl if "eval_success_rate" in r]
+    cum_tokens, cum_usd = cumulative(tokens), cumulative(usd)
+    evals = [i for i, r in enumerate(rl) if "eval_success_rate" in r]
     return {"iteration": [r["iteration"] for r in rl],
             "success": [r["success_rate"] for r in rl],
             "reward": [r.get("reward_mean") for r in rl],
             "tokens_per_episode": [r.get("tokens_per_episode") for r in rl],
-            "cum_tokens": cumulative(tokens), "cum_usd": cumulative(usd),
-            "eval_iteration": [r["iteration"] for r in evals],
-            "eval_success": [r["eval_success_rate"] for r in evals],
-            "eval_cum_tokens": [cumulative(tokens)[rl.index(r)] for r in evals],
-            "eval_cum_usd": [cumulative(usd)[rl.index(r)] for r in evals]}
+            "cum_tokens": cum_tokens, "cum_usd": cum_usd,
+            "eval_iteration": [rl[i]["iteration"] for i in evals],
+            "eval_success": [rl[i]["eval_success_rate"] for i in evals],
+            "eval_cum_tokens": [cum_tokens[i] for i in evals],
+            "eval_cum_usd": [cum_usd[i] for i in evals]}
 
 
 def senders_language(records: Sequence[dict[str, Any]],
