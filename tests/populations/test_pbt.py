@@ -11,6 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from marl.analysis.analyze import analyze
 from marl.cli import app
 from marl.errors import ConfigError, MarlError
 from marl.team import load_team
@@ -101,6 +102,12 @@ def test_a_population_exploits_and_writes_every_output(ray_local, tmp_path):
                                       saved["best"]["checkpoint"], "--episodes", "2",
                                       "--out", str(tmp_path / "play")])
     assert result.exit_code == 0, result.output
+    # marl analyze reads the members with their last settings, each on its own graph.
+    found = analyze([tmp_path / "pop"])["runs"]
+    assert {r["label"] for r in found} == {f"pop/{i}" for i in ids}
+    for r in found:
+        assert r["values"]["topology"] in ("star", "chain") and r["edges"]
+        assert r["curve"]["iteration"] and r["scenario"] == "gather_star"
     # A finished population resumes to the same outcome; a new one refuses its directory.
     again = run_pbt(scenario, cfg, tmp_path / "pop", resume=True, log=lambda m: None)
     assert [m["steps"] for m in again["members"]] == [12, 12]
