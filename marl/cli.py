@@ -97,7 +97,9 @@ def cost(
         print(json.dumps(data, indent=2))
         return
     total = {**data["tokens_per_episode"], "cost_usd": data["cost_usd_per_episode"]}
-    kind = "exact" if data["exact"] else "upper bound (messages at max_new_tokens)"
+    kind = {"exact": "exact", "upper bound": "upper bound (messages at max_new_tokens)",
+            "estimate": f"estimate: {data.get('estimate_reason')}; messages at "
+                        "max_new_tokens"}[data["kind"]]
     out.print(_token_table(f"{team.name}: predicted tokens per episode ({kind})",
                            data["per_agent"], total, "cost_usd"))
     edges = Table(title="per edge (tokens delivered per episode)")
@@ -120,9 +122,12 @@ def run(
     checkpoint: Path | None = typer.Option(None, help="Trained weights: a directory with one "
                                                       "folder per policy name."),
     batch_size: int = typer.Option(64, min=1, help="Episodes played together in one batch."),
+    cache: Path | None = typer.Option(None, help="API policies: store responses here by "
+                                                 "request hash and answer repeated requests "
+                                                 "from it (no HTTP, nothing paid)."),
 ) -> None:
     """Play episodes; print success, reward, tokens and cost; write summary.json and
-    episodes.jsonl."""
+    episodes.jsonl. Stops early (exit 0) when costs.budget_usd would be exceeded."""
     from marl.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
     from marl.runner import run as run_team
     from marl.runner import summarize
@@ -132,9 +137,10 @@ def run(
     target = out_dir or Path("runs") / team.name
     with _progress(team.name, episodes, every=max(1, episodes // 10)) as tick:
         result = run_team(team, episodes, seed=seed, policy=policy, checkpoint=checkpoint,
-                          batch_size=batch_size,
+                          batch_size=batch_size, cache=cache,
                           on_episode=lambda n: tick(n, f"{team.name}: {n}/{episodes} episodes"))
     summary = summarize(result, policy)
+    episodes = summary["episodes"]
     atomic_write_jsonl(target / "episodes.jsonl", result.episodes)
     atomic_write_text(target / "scenario.yaml", team.to_yaml())
     atomic_write_json(target / "summary.json", summary)
@@ -156,7 +162,28 @@ def run(
               + "   agrees with the oracle: " + ", ".join(
                   f"{a} {r:.3f}" for a, r in summary["oracle_agreement"].items()),
               highlight=False)
+    _print_run_notes(summary, result.episodes)
     out.print(f"wrote {target / 'summary.json'} and {target / 'episodes.jsonl'}", highlight=False)
+
+
+def _print_run_notes(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> None:
+    """What an API run did (requests, retries, cache, money paid), failed episodes, and a
+    stop by the budget."""
+    if "api" in summary:
+        calls = sum(s["calls"] for s in summary["api"].values())
+        out.print(f"API: {calls} calls, {summary['api_retries']} retries, "
+                  f"{summary['cache_hits']} answered from the cache; paid "
+                  f"{summary['api_usd_spent']:.6f} USD in this run", highlight=False)
+    if summary["failed_episodes"]:
+        first = next(e["error"] for e in episodes if e.get("error"))
+        out.print(f"{summary['failed_episodes']} episode(s) failed (recorded with score 0 and "
+                  f"their reason in episodes.jsonl); first: {first}", highlight=False)
+    if summary.get("stopped") == "budget":
+        out.print(f"stopped by the budget: played {summary['episodes']} of "
+                  f"{summary['episodes_requested']} episodes, spent "
+                  f"{float(summary['cost_usd_total']):.6f} USD of costs.budget_usd "
+                  f"{summary['budget_usd']:.6f}; the next episode could cost up to "
+                  f"{summary['worst_episode_usd']:.6f} USD", highlight=False)
 
 
 @app.command()

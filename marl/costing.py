@@ -3,7 +3,9 @@
 Measures the fixed text pieces of :mod:`marl.prompts` with the agents' tokenizer and hands
 them to the topology-level model in :mod:`orchestration.cost`. Completion sizes are the
 task's fixed message lengths for scripted and random policies (so the prediction is exact)
-and the policy's ``max_new_tokens`` otherwise (an upper bound).
+and the policy's ``max_new_tokens`` otherwise (an upper bound). For API policies it is an
+estimate: the server bills in its own tokenizer's tokens and wraps chat messages in its
+own template, neither of which is ours.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from marl import prompts
+from marl.policies import API_BACKENDS
 from marl.team import Team
 from marl.tokenizer import CharTokenizer, Tokenizer
 from orchestration.cost import CostPrediction, predict
@@ -58,10 +61,16 @@ def predict_team(team: Team, tokenizer: Tokenizer | None = None,
 def prediction_json(team: Team, pred: CostPrediction,
                     backend: str | None = None) -> dict[str, Any]:
     """The prediction in the same keys as ``summary.json`` of ``marl run``."""
-    exact = all((backend or team.backend(a)) in FIXED_LENGTH_BACKENDS for a in team.ids)
+    backends = {backend or team.backend(a) for a in team.ids}
+    exact = backends <= set(FIXED_LENGTH_BACKENDS)
+    api = sorted(backends & set(API_BACKENDS))
     return {
         "scenario": team.name,
         "exact": exact,
+        "kind": "exact" if exact else "estimate" if api else "upper bound",
+        **({"estimate_reason": f"{' and '.join(api)} policies are billed in the server's "
+            "tokens (its tokenizer and chat template), which our character tokenizer only "
+            "approximates"} if api else {}),
         "tokens_per_episode": pred.total.as_dict(),
         "cost_usd_per_episode": float(pred.cost),
         "cost_usd_per_episode_exact": str(pred.cost),

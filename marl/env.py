@@ -19,6 +19,13 @@ After the last layer of the last round the answer agents' final messages give th
 answer. Every agent then receives the team reward ``score − penalty_per_1k · tokens/1000``
 (tokens = prompt + completion of the whole episode); ``infos`` carry both terms.
 ``infos[agent]["ledger"]`` holds that agent's ledger rows for the step.
+
+Remote policies report what they billed and may fail: ``step(actions, usage=...,
+errors=...)`` takes, per agent, the server's billed usage (the ledger row then records it)
+and the reason a call finally failed. A failed call ends the episode as failed: the agent
+says nothing, later turns of the episode are void (no call, no ledger row, flagged
+``skipped``), and the result has score 0, success false and ``error``. Plain
+``step(actions)`` is PettingZoo's API, unchanged.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from pettingzoo import ParallelEnv
 
 from marl import prompts
 from marl.costing import predict_team
-from marl.ledger import LedgerRow, make_row, token_penalty
+from marl.ledger import LedgerRow, Usage, make_row, token_penalty
 from marl.scenario import Scenario
 from marl.team import Team, load_team
 from marl.tokenizer import CHARSET, CharTokenizer, Tokenizer, common_prefix
@@ -126,6 +133,7 @@ class TeamEnv(ParallelEnv):
         self.rows: list[LedgerRow] = []
         self.transcript: list[dict[str, Any]] = []
         self.result: dict[str, Any] | None = None
+        self.failure: str | None = None  # the first failed call's reason
         obs = self._observe()
         return obs, {a: self._info(a) for a in self.agents}
 
@@ -188,29 +196,39 @@ class TeamEnv(ParallelEnv):
             flags["empty"] = True
         return text, flags
 
-    def step(self, actions: dict[str, Any]):
+    def step(self, actions: dict[str, Any], usage: Mapping[str, Usage] | None = None,
+             errors: Mapping[str, str] | None = None):
+        """One layer. Beyond PettingZoo's ``actions``, a rollout may pass, per agent, the
+        ``usage`` a server billed for its call (the ledger row then holds those numbers
+        instead of our tokenizer's) and the ``errors`` of calls that finally failed: that
+        agent says nothing, and the episode fails (see :meth:`_void`)."""
         if not self.agents:
             return {}, {}, {}, {}, {}
+        usage, errors = usage or {}, errors or {}
+        failed = self.failure is not None  # before this layer: its other calls were billed
         infos = {a: self._info(a) for a in self.agents}
         for a in actions:
             if a in infos and a not in self.scheduled:
                 infos[a]["flags"]["ignored_action"] = True
         for a in self.scheduled:
+            if failed or a in errors:
+                infos[a]["flags"].update(self._void(a, errors.get(a)))
+                continue
             text, flags = self._clean(a, actions.get(a, _MISSING))
             prompt, n_prompt, cached, received = self._pending.pop(a)
             n_out = self.tokenizers[a].count(text)
+            billed = usage.get(a)
+            # A server reports what it billed for the call, but not how many of those
+            # tokens came over each in-edge: ``received`` stays counted by our tokenizer.
+            counts = (n_prompt, cached, n_out) if billed is None else (
+                billed.prompt_tokens, billed.cached_tokens, billed.completion_tokens)
             row = make_row(self.episode, self.round, self.layer, a, self.team.models[a],
-                           self.team.prices[a], n_prompt, cached, n_out, received)
+                           self.team.prices[a], *counts, received)
             self.rows.append(row)
             self._messages[(a, self.round)] = text
             self._history[a] = prompt + text
             self._history_tokens[a] = n_prompt + n_out
-            final = self.team.is_final_call(a, self.round)
-            task = self.team.task
-            self.transcript.append({"round": self.round, "layer": self.layer, "agent": a,
-                                    "message": text, "flags": flags,
-                                    "valid": task.valid_message(a, text, final),
-                                    "oracle_agrees": task.oracle(a, prompt, final) == text})
+            self._record(a, text, flags, prompt)
             infos[a]["ledger"] = [row]
             infos[a]["flags"].update(flags)
         self.layer += 1
@@ -226,13 +244,36 @@ class TeamEnv(ParallelEnv):
         falses = dict.fromkeys(self.agents, False)
         return obs, zeros, falses, dict(falses), infos
 
+    def _record(self, agent: str, text: str, flags: dict[str, Any], prompt: str) -> None:
+        final = self.team.is_final_call(agent, self.round)
+        task = self.team.task
+        self.transcript.append({"round": self.round, "layer": self.layer, "agent": agent,
+                                "message": text, "flags": flags,
+                                "valid": task.valid_message(agent, text, final),
+                                "oracle_agrees": task.oracle(agent, prompt, final) == text})
+
+    def _void(self, agent: str, error: str | None) -> dict[str, Any]:
+        """The turn of an agent whose call failed (``error``), or of any agent after that
+        in a failed episode: it says nothing and costs nothing (no call was billed, and no
+        call is made for the rest of the episode), and the episode's result is a failure
+        carrying the first error. Returns the turn's flags."""
+        prompt, n_prompt, *_ = self._pending.pop(agent)
+        if error is not None and self.failure is None:
+            self.failure = f"agent {agent!r}, round {self.round + 1}: {error}"
+        flags = {"error": error} if error is not None else {"skipped": "the episode failed"}
+        self._messages[(agent, self.round)] = ""
+        self._history[agent], self._history_tokens[agent] = prompt, n_prompt
+        self._record(agent, "", flags, prompt)
+        return flags
+
     def _finish(self, infos: dict[str, dict[str, Any]]):
         last = self.team.rounds - 1
         task = self.team.task
         answers = {side: [self._messages[(a, last)] for a in voters]
                    for side, voters in self.team.side_answers.items()}
         team_answers = {side: task.team_answer(votes) for side, votes in answers.items()}
-        scores = task.score_sides(self.instance, team_answers)
+        scores = (task.score_sides(self.instance, team_answers) if self.failure is None else
+                  dict.fromkeys(team_answers, 0.0))
         sides = {}
         for side, members in self.team.sides.items():
             used = sum(r.prompt_tokens + r.completion_tokens for r in self.rows
@@ -253,6 +294,8 @@ class TeamEnv(ParallelEnv):
                        "split": self.split, "instance": self.instance.data}
         if self.team.competitive:
             self.result["sides"] = sides
+        if self.failure is not None:
+            self.result["error"] = self.failure
         done = self.agents
         obs = {a: f"{a}: episode over after {self.team.rounds} round(s)." for a in done}
         for a in done:

@@ -19,6 +19,23 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """What a server billed for one call (OpenAI's ``usage`` object): prompt tokens, the
+    part of them read from its prompt cache (``prompt_tokens_details.cached_tokens``) and
+    completion tokens. A ledger row of a call that reports usage takes these numbers
+    instead of counting with the agent's tokenizer, so its cost is what was billed."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "cached_tokens": self.cached_tokens}
+
+
+@dataclass(frozen=True)
 class LedgerRow:
     """One policy call."""
 

@@ -23,10 +23,12 @@ import torch
 from marl import seeds
 from marl.env import TeamEnv
 from marl.errors import MarlError
-from marl.ledger import Ledger, LedgerRow
+from marl.ledger import Ledger, LedgerRow, Usage
 from marl.policies import Completion, Policy, Request
 from marl.seeds import derive_seed, instance_seed
 from marl.team import Team
+
+_SKIPPED = Completion("")
 
 
 class PolicyError(MarlError):
@@ -150,7 +152,9 @@ def collect(team: Team, policies: Mapping[str, Policy], episodes: int, group_siz
     ``policies`` maps agent ids to policies (agents sharing a policy object are batched
     together). Instance ``i`` is drawn from the task's ``split`` with
     ``instance_seed(seed, first_instance + i)``; policies are reseeded from ``seed``, so
-    the same seed gives an identical batch.
+    the same seed gives an identical batch. A completion with an ``error`` (a remote call
+    that finally failed) fails its episode, which plays on without further requests; the
+    other episodes are not affected.
     """
     if episodes < 1 or group_size < 1:
         raise MarlError(f"episodes ({episodes}) and group_size ({group_size}) must be >= 1.")
@@ -170,20 +174,32 @@ def collect(team: Team, policies: Mapping[str, Policy], episodes: int, group_siz
     with _rollout_scope(team, policies):
         while envs[0].agents:
             rnd, acting = envs[0].round, envs[0].scheduled
+            # A failed episode (a call that finally failed) plays on silently: no requests.
+            live = [b for b in range(n) if envs[b].failure is None]
             actions: list[dict[str, str]] = [{} for _ in envs]
+            usage: list[dict[str, Usage]] = [{} for _ in envs]
+            errors: list[dict[str, str]] = [{} for _ in envs]
             by_policy: dict[int, list[tuple[int, str]]] = {}
             for a in acting:
-                by_policy.setdefault(id(policies[a]), []).extend((b, a) for b in range(n))
+                by_policy.setdefault(id(policies[a]), []).extend((b, a) for b in live)
             for key, pairs in by_policy.items():
+                if not pairs:
+                    continue
                 policy = policies[pairs[0][1]]
                 reqs = [Request(a, obs[b][a], infos[b][a]["final_call"]) for b, a in pairs]
                 out = _generate(names[key], policy, reqs, greedy)
                 for (b, a), c in zip(pairs, out, strict=True):
                     actions[b][a] = c.text
+                    if c.usage is not None:
+                        usage[b][a] = c.usage
+                    if c.error is not None:
+                        errors[b][a] = f"policy {names[key]!r}: {c.error}"
                     calls[(b, a, rnd)] = c
-                    seen[(b, a, rnd)] = obs[b][a]
             for b, env in enumerate(envs):
-                obs[b], _, _, _, infos[b] = env.step(actions[b])
+                for a in acting:
+                    seen[(b, a, rnd)] = obs[b][a]
+                obs[b], _, _, _, infos[b] = env.step(actions[b], usage=usage[b],
+                                                     errors=errors[b])
     return _assemble(team, envs, calls, seen, group_size)
 
 
@@ -210,7 +226,7 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, seen: dict,
     prompt_ids: list[list[tuple[int, ...]]] = [[() for _ in slots] for _ in envs]
     for b in range(n):
         for j, (a, r) in enumerate(slots):
-            c = calls[(b, a, r)]
+            c = calls.get((b, a, r), _SKIPPED)  # no call in a failed episode
             if c.finish is not None:  # eos | stop | length (length: cut at max_new_tokens)
                 envs[b].transcript[j]["finish"] = c.finish
             if c.token_ids is not None and c.logprobs is not None:

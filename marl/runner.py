@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,13 @@ from orchestration.hints import did_you_mean, listing
 
 
 def build_policies(team: Team, override: str | None = None, seed: int = 0,
-                   checkpoint: Path | None = None) -> dict[str, Policy]:
+                   checkpoint: Path | None = None, cache: Path | None = None
+                   ) -> dict[str, Policy]:
     """One policy object per scenario policy (agents sharing a policy share it), keyed by
     agent id. ``override`` replaces every policy's backend (e.g. ``random``);
-    ``checkpoint`` is a directory with one trained-weights folder per policy name."""
+    ``checkpoint`` is a directory with one trained-weights folder per policy name;
+    ``cache`` a directory where API policies store their responses and answer repeated
+    requests from (other backends ignore it)."""
     if override is not None and override not in BACKENDS:
         raise MarlError(f"unknown --policy {override!r}.{did_you_mean(override, list(BACKENDS))}"
                         f" Valid: {listing(list(BACKENDS))}.")
@@ -36,6 +40,13 @@ def build_policies(team: Team, override: str | None = None, seed: int = 0,
         if weights is not None and not weights.is_dir():
             weights = None  # this policy was not trained (e.g. scripted)
         by_name[name] = build_policy(spec, team.task, seed=seed * 1000 + i, checkpoint=weights)
+    if cache is not None:
+        from marl.policies.api import APIPolicy
+        from marl.policies.api_cache import ResponseCache
+
+        for p in by_name.values():
+            if isinstance(p, APIPolicy):
+                p.cache = ResponseCache(cache)
     return {a.id: by_name[a.policy] for a in team.agents}
 
 
@@ -45,21 +56,62 @@ class RunResult:
     episodes: list[dict[str, Any]] = field(default_factory=list)
     ledger: Ledger = field(default_factory=Ledger)
     wall_s: float = 0.0
+    #: The policies played, by agent id (API policies carry their request statistics).
+    policies: dict[str, Policy] = field(default_factory=dict)
+    requested: int = 0
+    #: Why the run stopped before ``requested`` episodes (``"budget"``), else None.
+    stopped: str | None = None
+    #: The cost model's worst case of one episode, which the budget check uses.
+    worst_episode_usd: Decimal = Decimal(0)
+
+
+def affordable(budget: Decimal, spent: Decimal, worst: Decimal, n: int) -> int:
+    """How many of ``n`` episodes, at a worst case of ``worst`` USD each, fit in what is
+    left of ``budget`` after ``spent`` (all of them when an episode is free).
+
+    >>> affordable(Decimal("1.0"), Decimal("0.25"), Decimal("0.2"), 8)
+    3
+    >>> affordable(Decimal("1.0"), Decimal("0.9"), Decimal("0.2"), 8)
+    0
+    """
+    if worst <= 0:
+        return n
+    return max(0, min(n, int((budget - spent) // worst)))
 
 
 def run(team: Team, episodes: int, seed: int | None = None, policy: str | None = None,
         checkpoint: Path | None = None, batch_size: int = 64,
-        on_episode: Callable[[int], None] | None = None) -> RunResult:
+        on_episode: Callable[[int], None] | None = None,
+        cache: Path | None = None) -> RunResult:
     """Play ``episodes`` episodes through the batched rollout engine, ``batch_size`` at a
-    time; same seed, same results."""
+    time; same seed, same results.
+
+    With ``costs.budget_usd``, a batch is played only if its worst case (the cost model's
+    prediction per episode, an upper bound, times its episodes) fits in what the episodes
+    played so far left of the budget; a batch that does not fit shrinks, down to one
+    episode, and when not even one fits the run stops (``stopped == "budget"``). The
+    spend counted is the ledger's (cached API responses included), so a replay from the
+    cache stops where the original run did. API predictions are estimates: the server's
+    tokenizer and chat template are not ours."""
     if episodes < 1:
         raise MarlError(f"--episodes must be at least 1, got {episodes}.")
     seed = team.scenario.seed if seed is None else seed
-    policies = build_policies(team, policy, seed, checkpoint)
-    out = RunResult(team)
+    budget = team.scenario.costs.budget_usd
+    worst = predict_team(team, backend=policy).cost
+    if budget is not None and affordable(budget, Decimal(0), worst, 1) == 0:
+        raise MarlError(f"costs.budget_usd {budget} is below the worst-case cost of one "
+                        f"episode, {worst:.6g} USD (marl cost shows it); raise the budget "
+                        "or lower max_new_tokens.")
+    policies = build_policies(team, policy, seed, checkpoint, cache)
+    out = RunResult(team, policies=policies, requested=episodes, worst_episode_usd=worst)
     start = time.perf_counter()
     while len(out.episodes) < episodes:
         n = min(batch_size, episodes - len(out.episodes))
+        if budget is not None:
+            n = affordable(budget, out.ledger.cost(), worst, n)
+            if n == 0:
+                out.stopped = "budget"
+                break
         batch = collect(team, policies, n, seed=seed, first_instance=len(out.episodes))
         out.episodes.extend(batch.records)
         out.ledger.extend(batch.rows)
@@ -67,6 +119,26 @@ def run(team: Team, episodes: int, seed: int | None = None, policy: str | None =
             on_episode(len(out.episodes))
     out.wall_s = time.perf_counter() - start
     return out
+
+
+def api_figures(result: RunResult) -> dict[str, Any]:
+    """What the run's API policies did: per policy their request statistics, and in total
+    the USD actually paid in this process (calls answered from the cache cost nothing
+    here, though their episodes are charged what they cost when first sent), cache hits
+    and retries. Nothing when no policy is an API policy."""
+    from marl.policies.api import APIPolicy
+
+    team, stats, paid = result.team, {}, Decimal(0)
+    for a in team.agents:
+        p = result.policies.get(a.id)
+        if isinstance(p, APIPolicy) and a.policy not in stats:
+            stats[a.policy] = p.stats.to_json()
+            paid += team.prices[a.id].cost(*p.stats.paid)
+    if not stats:
+        return {}
+    return {"api": stats, "api_usd_spent": float(paid), "api_usd_spent_exact": str(paid),
+            "cache_hits": sum(s["cache_hits"] for s in stats.values()),
+            "api_retries": sum(s["retries"] for s in stats.values())}
 
 
 def summarize(result: RunResult, policy: str | None = None) -> dict[str, Any]:
@@ -116,6 +188,18 @@ def summarize(result: RunResult, policy: str | None = None) -> dict[str, Any]:
         "tokens_per_s": ledger.total().completion / result.wall_s if result.wall_s else None,
         "wall_s": result.wall_s,
         "episodes_per_s": n / result.wall_s if result.wall_s > 0 else None,
+        "failed_episodes": sum(1 for e in result.episodes if e.get("error")),
         **({"sides": sides} if sides else {}),
+        **_budget_figures(result),
+        **api_figures(result),
     }
+
+
+def _budget_figures(result: RunResult) -> dict[str, Any]:
+    budget = result.team.scenario.costs.budget_usd
+    if budget is None:
+        return {}
+    return {"budget_usd": float(budget), "episodes_requested": result.requested,
+            "worst_episode_usd": float(result.worst_episode_usd),
+            **({"stopped": result.stopped} if result.stopped else {})}
 

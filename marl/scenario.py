@@ -8,6 +8,7 @@ key and the valid keys; a wrong type fails with the value seen. Structure is che
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from pathlib import Path
 from types import UnionType
@@ -21,6 +22,9 @@ from marl.errors import Problem, ScenarioError
 from orchestration.hints import did_you_mean
 
 MAX_AGENTS = 256
+#: Key names that would hold a secret (``api_key``, ``openai-api-key``, ``secret``, ...).
+SECRET_KEY = re.compile(r"api[_-]?key|secret|passw(or)?d|(access|auth|bearer)[_-]?token|"
+                        r"authorization", re.I)
 
 
 class StrictModel(BaseModel):
@@ -46,9 +50,10 @@ class PolicySpec(StrictModel):
     """A policy; agents naming the same policy share its parameters (and, for model
     backends, its weights)."""
 
-    backend: str = Field("tiny", description="tiny | hf | scripted | random.")
+    backend: str = Field("tiny", description="tiny | hf | vllm | openai | scripted | random.")
     max_new_tokens: int = Field(32, ge=1, le=4096, description="Token limit of one message.")
-    model: str | None = Field(None, description="Price-table model; default: costs.model.")
+    model: str | None = Field(None, description="Price-table model; default: costs.model. "
+                              "openai: the served model name (required; priced by costs).")
     temperature: float = Field(1.0, ge=0, le=10, description="Sampling temperature; 0 = greedy.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
     top_k: int = Field(0, ge=0, description="Sample among the k likeliest tokens; 0 = all.")
@@ -56,13 +61,28 @@ class PolicySpec(StrictModel):
                             description="A message ends before the first of these strings.")
     seed: int | None = Field(None, ge=0, description="Sampling seed; default: the run's.")
     preset: str = Field("tiny", description="tiny backend: configs/model/NAME.yaml or a path.")
-    path: str | None = Field(None, description="Checkpoint directory (hf: required).")
+    path: str | None = Field(None, description="Checkpoint directory (hf, vllm: required).")
     lora: dict[str, Any] | None = Field(None, description="hf: LoRA {r, alpha, dropout, "
                                                          "target_modules}.")
     fast: bool = Field(True, description="hf: generate with the engine's own Llama "
                                          "implementation when the architecture allows.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32")
     device: str = Field("cpu", description="cpu, cuda, cuda:1, ...")
+    engine: dict[str, Any] | None = Field(None, description="vllm: settings passed to "
+                                          "vllm.LLM (max_model_len, kv_cache_memory_bytes, "
+                                          "gpu_memory_utilization, tensor_parallel_size, "
+                                          "enforce_eager, dtype).")
+    base_url: str | None = Field(None, description="openai: the endpoint, e.g. "
+                                 "http://127.0.0.1:8000/v1 (required).")
+    api_key_env: str | None = Field(None, description="openai: NAME of the environment "
+                                    "variable holding the key (never the key itself).")
+    api: Literal["chat", "completions"] = Field("chat", description="openai: chat (the "
+                                                "observation as one user message) or "
+                                                "completions (as the prompt).")
+    max_concurrency: int = Field(8, ge=1, le=256, description="openai: requests in flight.")
+    timeout_s: float = Field(60.0, gt=0, le=3600, description="openai: seconds per request.")
+    max_retries: int = Field(5, ge=0, le=20, description="openai: retries of a request on "
+                             "429, 5xx, timeouts and dropped connections.")
 
 
 class TaskSpec(StrictModel):
@@ -139,6 +159,8 @@ class CostSpec(StrictModel):
     output_cost_per_token: Decimal | None = Field(None, ge=0)
     cache_read_input_token_cost: Decimal | None = Field(None, ge=0)
     penalty_per_1k: Decimal = Field(Decimal(0), ge=0, description="Reward lost per 1k tokens.")
+    budget_usd: Decimal | None = Field(None, gt=0, description="marl run stops before a batch "
+                                       "whose worst-case cost would exceed it.")
 
     @property
     def overrides(self) -> dict[str, Decimal | None]:
@@ -194,6 +216,12 @@ def _message(err: dict[str, Any], model: type[BaseModel]) -> tuple[tuple[int | s
     loc, kind, msg = tuple(err["loc"]), err["type"], err["msg"]
     if kind == "extra_forbidden":
         key, valid = str(loc[-1]), _fields_at(model, loc[:-1])
+        if SECRET_KEY.search(key):  # the value is never echoed: it may be a real key
+            return (*loc[:-1], key), (f"unknown key {key!r}: a secret must not be written in "
+                                      "a scenario file (every run directory keeps a copy). "
+                                      "Put it in an environment variable and name that "
+                                      "variable in the policy's `api_key_env` (e.g. "
+                                      "api_key_env: OPENAI_API_KEY).")
         return (*loc[:-1], key), (f"unknown key {key!r}.{did_you_mean(key, valid)} "
                                   f"Valid keys: {', '.join(valid)}.")
     if kind == "missing":

@@ -15,7 +15,8 @@ import networkx as nx
 from pydantic import ValidationError
 
 from marl.errors import MarlError, Problem, ScenarioError
-from marl.policies import BACKENDS
+from marl.policies import API_BACKENDS, BACKENDS
+from marl.policies.api_settings import check_api_fields
 from marl.policies.tiny_config import TinyConfig
 from marl.prices import price_table, token_price
 from marl.scenario import (
@@ -180,6 +181,16 @@ def _expand_agents(scn: Scenario, problems: list[Problem]) -> list[Agent]:
     return agents
 
 
+def price_model(scn: Scenario, policy: str) -> str:
+    """The price-table entry of a policy's agents: its own ``model``, else ``costs.model``.
+    An API policy's ``model`` is the name the server serves, not a price-table entry, so
+    API teams are priced by ``costs`` (``costs.model`` and its overrides)."""
+    spec = scn.policies[policy]
+    if spec.backend in API_BACKENDS:
+        return scn.costs.model
+    return spec.model or scn.costs.model
+
+
 def _check_policies(scn: Scenario, problems: list[Problem]) -> None:
     models = list(price_table())
     for name, spec in scn.policies.items():
@@ -188,25 +199,50 @@ def _check_policies(scn: Scenario, problems: list[Problem]) -> None:
             problems.append(Problem(f"policies.{name}.backend", f"unknown backend "
                                     f"{spec.backend!r}.{did_you_mean(spec.backend, valid)} "
                                     f"Valid backends: {listing(valid)}."))
-        if spec.model is not None and spec.model not in models:
+        if spec.model is not None and spec.backend not in API_BACKENDS and (
+                spec.model not in models):
             problems.append(_unknown_model(f"policies.{name}.model", spec.model))
         problems.extend(_check_backend_fields(f"policies.{name}", spec))
+        if spec.backend in API_BACKENDS:
+            problems.extend(check_api_fields(f"policies.{name}", spec))
     if scn.costs.model not in models:
         problems.append(_unknown_model("costs.model", scn.costs.model))
+
+
+#: Fields that apply to some backends only; setting one on another backend is an error.
+BACKEND_FIELDS: dict[str, tuple[str, ...]] = {
+    "lora": ("hf",),
+    **dict.fromkeys(("preset", "fast"), ("tiny", "hf")),
+    "engine": ("vllm",),
+    **dict.fromkeys(("path", "dtype", "device", "top_k"), ("tiny", "hf", "vllm")),
+    **dict.fromkeys(("base_url", "api_key_env", "api", "max_concurrency", "timeout_s",
+                     "max_retries"), API_BACKENDS),
+}
+#: Model settings that scripted and random policies have always tolerated (a scenario can
+#: switch a policy to scripted and keep its preset); only an API backend refuses them.
+_LENIENT = ("preset", "path", "fast", "dtype", "device", "top_k")
 
 
 def _check_backend_fields(path: str, spec: PolicySpec) -> list[Problem]:
     """Fields that only some backends use, and the paths they name."""
     out = []
-    if spec.backend == "hf" and spec.path is None:
-        out.append(Problem(f"{path}.path", "the hf backend needs `path`: a local checkpoint "
-                           "directory holding config.json and the weights."))
-    if spec.path is not None and spec.backend in ("tiny", "hf") and not Path(spec.path).is_dir():
+    for field in sorted(spec.model_fields_set & BACKEND_FIELDS.keys()):
+        owners = BACKEND_FIELDS[field]
+        tolerated = field in _LENIENT and spec.backend not in API_BACKENDS
+        if getattr(spec, field) is None or spec.backend in owners or tolerated or (
+                spec.backend not in BACKENDS):  # an unknown backend is reported already
+            continue
+        out.append(Problem(f"{path}.{field}", f"`{field}` applies to the "
+                           f"{' and '.join(owners)} backend{'s' if len(owners) > 1 else ''} "
+                           f"only, not {spec.backend!r}; remove `{field}` or set backend: "
+                           f"{owners[0]}."))
+    if spec.backend in ("hf", "vllm") and spec.path is None:
+        out.append(Problem(f"{path}.path", f"the {spec.backend} backend needs `path`: a local "
+                           "checkpoint directory holding config.json and the weights."))
+    if spec.path is not None and spec.backend in ("tiny", "hf", "vllm") and not Path(
+            spec.path).is_dir():
         out.append(Problem(f"{path}.path", f"no such directory {spec.path!r}; give a checkpoint "
                            "directory (relative paths are read from the working directory)."))
-    if spec.lora is not None and spec.backend != "hf":
-        out.append(Problem(f"{path}.lora", f"LoRA applies to the hf backend only, not "
-                           f"{spec.backend!r}; remove `lora` or set backend: hf."))
     if spec.backend == "tiny" and spec.path is None:
         try:
             TinyConfig.from_preset(spec.preset)
@@ -371,7 +407,7 @@ def _resolve(scn: Scenario, source: str | None, problems: list[Problem]) -> Team
     _check_lengths(scn, agents, task, problems)
     if problems:
         return None
-    models = {a.id: scn.policies[a.policy].model or scn.costs.model for a in agents}
+    models = {a.id: price_model(scn, a.policy) for a in agents}
     prices = {a: token_price(m, scn.costs.overrides) for a, m in models.items()}
     return Team(scn, source, tuple(agents), graph, topo, task, tuple(answer), prices, models,
                 sides, side_answers)

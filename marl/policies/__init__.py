@@ -18,7 +18,12 @@ BACKENDS: dict[str, str] = {
     "random": "marl.policies.scripted:build_random",
     "tiny": "marl.policies.factory:build_tiny",
     "hf": "marl.policies.factory:build_hf",
+    "vllm": "marl.policies.vllm_engine:build_vllm",
+    "openai": "marl.policies.api:build_openai",
 }
+#: Backends served by a remote API: evaluated, swept and priced, never trained; their
+#: ledger rows hold the usage the server billed, and their cost predictions are estimates.
+API_BACKENDS: tuple[str, ...] = ("openai",)
 
 
 def build_policy(spec: PolicySpec, task: Task, seed: int = 0,
@@ -28,4 +33,4 @@ def build_policy(spec: PolicySpec, task: Task, seed: int = 0,
     return getattr(import_module(module), attr)(spec, task, seed, checkpoint)
 
 
-__all__ = ["BACKENDS", "Completion", "Policy", "Request", "build_policy"]
+__all__ = ["API_BACKENDS", "BACKENDS", "Completion", "Policy", "Request", "build_policy"]

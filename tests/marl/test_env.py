@@ -4,6 +4,7 @@ import pytest
 
 from marl import make_env
 from marl.env import TeamEnv
+from marl.ledger import Usage
 from marl.team import load_team
 from marl.testing import check_api, check_determinism, check_garbage, trace
 from tests.marl.conftest import ROOT, SCENARIOS
@@ -109,3 +110,38 @@ def test_render_is_the_transcript(teams):
     env.step({"listener": "2"})
     text = env.render()
     assert "speaker> abc" in text and "listener> 2" in text and "team answer '2'" in text
+
+
+def test_billed_usage_replaces_our_counts_but_not_per_edge(teams):
+    env = TeamEnv(teams["gather_star"], seed=0)
+    env.reset()
+    billed = {"w1": Usage(prompt_tokens=11, completion_tokens=2, cached_tokens=4)}
+    _, _, _, _, infos = env.step({"w1": "1???", "w2": "?2??", "w3": "??3?"}, usage=billed)
+    (row,) = infos["w1"]["ledger"]
+    assert (row.prompt_tokens, row.cached_tokens, row.completion_tokens) == (11, 4, 2)
+    price = env.team.prices["w1"]
+    assert row.cost_usd == price.input * 7 + price.cache_read * 4 + price.output * 2
+    assert infos["w2"]["ledger"][0].completion_tokens == 4  # no usage: our tokenizer
+    _, _, _, _, infos = env.step({"lead": "6"}, usage={"lead": Usage(50, 1)})
+    (row,) = infos["lead"]["ledger"]
+    assert row.prompt_tokens == 50 and row.received == {"w1": 9, "w2": 9, "w3": 9}  # "w1> 1???\n"
+    assert env.result["tokens"] == sum(r.prompt_tokens + r.completion_tokens
+                                       for r in env.rows) and env.rows[0].prompt_tokens == 11
+
+
+def test_a_failed_call_fails_the_episode_and_voids_the_rest(teams):
+    env = TeamEnv(teams["gather_star"], seed=0)
+    env.reset()
+    _, _, _, _, infos = env.step({"w1": "", "w2": "?2??", "w3": "??3?"},
+                                 errors={"w1": "HTTP 500 after 5 retries: down"})
+    assert infos["w1"]["flags"] == {"error": "HTTP 500 after 5 retries: down"}
+    assert infos["w1"]["ledger"] == [] and len(infos["w2"]["ledger"]) == 1
+    assert env.failure == "agent 'w1', round 1: HTTP 500 after 5 retries: down"
+    obs, rewards, term, _, infos = env.step({"lead": env.instance.answer})  # ignored
+    assert infos["lead"]["flags"] == {"skipped": "the episode failed"}
+    assert infos["lead"]["ledger"] == [] and all(term.values())
+    assert env.result["error"] == env.failure and env.result["score"] == 0.0
+    assert not env.result["success"] and set(rewards.values()) == {0.0}
+    assert [m["message"] for m in env.transcript] == ["", "?2??", "??3?", ""]
+    env.reset()
+    assert env.failure is None  # the next episode starts clean
