@@ -4,7 +4,8 @@
 
 In one process, on the same batch of prompts (observations of a shipped scenario):
 1. generated tokens/s of the engine's sampling loop on a tiny HF Llama (the ``tiny``
-   preset's dimensions, built locally) vs ``model.generate`` on that same model;
+   preset's dimensions, built locally) vs ``model.generate`` on that same model, and (with
+   the ``vllm`` extra; ``--no-vllm`` leaves it out) vLLM's engine on that checkpoint;
 2. the same for the built-in ``tiny`` backend vs ``model.generate`` on the HF twin;
 3. a full ``collect`` of ``--episodes`` episodes with tiny policies, timing the model
    forward (prefill + decode) against the whole rollout wall time: the rest is env,
@@ -97,6 +98,32 @@ def hf_generate_tps(hf_model, prompts, new_tokens: int, reps: int) -> float:
     return reps * generated * len(prompts) / (time.perf_counter() - start)
 
 
+def vllm_engine(model_dir: Path):
+    """vLLM's engine on the same checkpoint (None without the vllm extra)."""
+    try:
+        from marl.policies.vllm_engine import ENGINE_DEFAULTS, import_vllm
+
+        vllm = import_vllm()
+    except Exception:  # the extra is not installed: the column is left out
+        return None
+    return vllm.LLM(model=str(model_dir), seed=0, **ENGINE_DEFAULTS)
+
+
+def vllm_tps(llm, prompts, new_tokens: int, reps: int) -> float:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(max_tokens=new_tokens, min_tokens=new_tokens, ignore_eos=True,
+                            temperature=1.0, seed=0)
+    batch = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+    llm.generate(batch[:8], params, use_tqdm=False)  # warm-up
+    start = time.perf_counter()
+    for _ in range(reps):
+        out = llm.generate(batch, params, use_tqdm=False)
+    generated = sum(len(o.outputs[0].token_ids) for o in out)
+    return reps * generated / (time.perf_counter() - start)
+
+
 class Timed:
     """Wraps a CausalLM and accumulates the seconds spent in its forward passes."""
 
@@ -184,20 +211,23 @@ def main() -> None:
         default=1,
         help="torch threads (1 keeps timings stable on a busy machine)",
     )
+    parser.add_argument("--vllm", action=argparse.BooleanOptionalAction, default=True,
+                        help="add vLLM's engine on the same checkpoint (the vllm extra)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     all_prompts = batch_prompts("gather_star.yaml", max(args.batch), args.group)
     cfg = TinyConfig()
-    with tempfile.TemporaryDirectory() as tmp:
-        build_tiny_hf(
-            Path(tmp) / "hf",
-            hidden_size=cfg.n_embd,
-            num_layers=cfg.n_layer,
-            num_heads=cfg.n_head,
-            intermediate_size=cfg.mlp_ratio * cfg.n_embd,
-        )
-        hf_lm, _ = load_hf(Path(tmp) / "hf")
+    tmp = tempfile.TemporaryDirectory()
+    model_dir = build_tiny_hf(
+        Path(tmp.name) / "hf",
+        hidden_size=cfg.n_embd,
+        num_layers=cfg.n_layer,
+        num_heads=cfg.n_head,
+        intermediate_size=cfg.mlp_ratio * cfg.n_embd,
+    )
+    hf_lm, _ = load_hf(model_dir)
     hf_lm.model.eval()
+    llm = vllm_engine(model_dir) if args.vllm else None
     tiny = TinyCausalLM(TinyLM(cfg).eval())
     mean_prompt = sum(map(len, all_prompts)) / len(all_prompts)
     print(
@@ -206,15 +236,18 @@ def main() -> None:
         "thread(s); tokens/s and ratio to "
         "transformers' generate on the same HF model"
     )
-    print(f"{'batch':>5} {'HF generate':>12} {'engine on HF model':>22} {'tiny backend':>18}")
+    print(f"{'batch':>5} {'HF generate':>12} {'engine on HF model':>22} {'tiny backend':>18}"
+          + (f" {'vLLM on HF model':>20}" if llm is not None else " (vLLM: not installed)"))
     for size in args.batch:
         prompts = all_prompts[:size]
         hf_ref = hf_generate_tps(hf_lm.model, prompts, args.new_tokens, args.reps)
         hf_ours = engine_tps(hf_lm, prompts, args.new_tokens, args.reps)
         tiny_ours = engine_tps(tiny, prompts, args.new_tokens, args.reps)
+        theirs = vllm_tps(llm, prompts, args.new_tokens, args.reps) if llm is not None else 0
         print(
             f"{size:5d} {hf_ref:12,.0f} {hf_ours:14,.0f} ({hf_ours / hf_ref:4.2f}x) "
             f"{tiny_ours:10,.0f} ({tiny_ours / hf_ref:4.2f}x)"
+            + (f" {theirs:12,.0f} ({theirs / hf_ref:4.2f}x)" if llm is not None else "")
         )
     wall, forward, tps = rollout_share(args.episodes, args.group)
     print(
