@@ -31,10 +31,14 @@ from marl.policies.base import Completion, Request
 from marl.policies.generation import completion_text
 from marl.policies.lm import LMPolicy
 
-#: Settings for tests and laptops: in-process, eager, a small KV cache.
+#: Settings for tests and laptops: in-process, eager, a small KV cache. Whole prompts are
+#: prefilled at once: with chunked prefill, vLLM 0.32's CPU build fails on seeded sampling
+#: ("CPU Generator does not use offset") as soon as a batch's prompts are split.
 ENGINE_DEFAULTS: dict[str, Any] = {"dtype": "float32", "enforce_eager": True,
                                    "max_model_len": 2048,
-                                   "kv_cache_memory_bytes": 256 * 2**20}
+                                   "kv_cache_memory_bytes": 256 * 2**20,
+                                   "enable_chunked_prefill": False,
+                                   "max_num_batched_tokens": 32768}
 
 
 def import_vllm() -> Any:

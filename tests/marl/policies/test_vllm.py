@@ -85,6 +85,13 @@ def test_sampling_is_seeded(policy):
     assert runs[0] == runs[1] and len({tuple(r) for r in runs[0]}) > 1
 
 
+def test_a_large_seeded_batch_samples(policy):
+    """256 prompts at once: vLLM would split them into chunks, which its CPU build cannot
+    do with seeded sampling; the backend's engine defaults keep prompts whole."""
+    out = policy.generate(_requests(256))
+    assert len(out) == 256 and all(c.token_ids for c in out)
+
+
 def test_settings_for_other_backends_are_refused(model_dir, tmp_path):
     bad = SIGNAL.read_text().replace("backend: tiny", f"backend: vllm, path: {model_dir}, "
                                      "lora: {r: 4}", 1)
