@@ -209,6 +209,8 @@ def sweep(
                                                   "or RAY_ADDRESS) instead of processes."),
     address: str | None = typer.Option(None, help="Ray cluster to run the cells on "
                                                    "(implies --ray)."),
+    cache: Path | None = typer.Option(None, help="API policies: store responses here by "
+                                                 "request hash and answer repeats from it."),
 ) -> None:
     """Evaluate (or train) every cell of a grid over scenario fields; write cells.jsonl,
     table.md, table.csv and pareto.png. Run it again to resume."""
@@ -220,7 +222,7 @@ def sweep(
     try:
         report = run_sweep(scenario, grids, policy=policy, train=train, sets=sets,
                            episodes=episodes, seed=seed, workers=workers, out=out_dir,
-                           ray=ray, address=address,
+                           ray=ray, address=address, cache=cache,
                            log=lambda msg: err.print(msg, markup=False, highlight=False))
     except KeyboardInterrupt:
         err.print("interrupted; finished cells are kept in cells.jsonl: run the same command "

@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from pathlib import Path
 from types import UnionType
@@ -89,6 +89,7 @@ class Job:
     policy: str | None = None
     episodes: int = 32
     seed: int | None = None
+    cache: Path | None = None  # API policies' response cache (marl run --cache)
 
 
 @dataclass
@@ -303,7 +304,7 @@ def _evaluate(job: Job, team: Team) -> dict[str, Any]:
     from marl.io import atomic_write_jsonl
     from marl.runner import run, summarize
 
-    result = run(team, job.episodes, seed=job.seed, policy=job.policy)
+    result = run(team, job.episodes, seed=job.seed, policy=job.policy, cache=job.cache)
     summary = summarize(result, job.policy)
     atomic_write_jsonl(job.out / "episodes.jsonl", result.episodes)
     atomic_write_text(job.out / "scenario.yaml", team.to_yaml())
@@ -376,7 +377,7 @@ def run_sweep(scenario: Path, grid_flags: Sequence[str], *, policy: str | None =
               train: Path | None = None, sets: Sequence[str] = (),
               episodes: int | None = None, seed: int | None = None,
               workers: int | None = None, out: Path | None = None,
-              ray: bool = False, address: str | None = None,
+              ray: bool = False, address: str | None = None, cache: Path | None = None,
               log: Callable[[str], None] = print) -> SweepReport:
     """Run every cell not done yet, append its row to ``cells.jsonl``, and rewrite the
     tables and the plot; every cell invalid is a :class:`MarlError` (after the tables)."""
@@ -399,7 +400,7 @@ def run_sweep(scenario: Path, grid_flags: Sequence[str], *, policy: str | None =
     for cell in todo:
         job = _job(cell, raw, str(scenario), out, base_train, policy, episodes or 32, seed)
         if isinstance(job, Job):
-            jobs.append(job)
+            jobs.append(replace(job, cache=None if cache is None else Path(cache).resolve()))
             continue
         if latest.get(cell.id) != job:  # an unchanged invalid row is not repeated
             append_jsonl(out / "cells.jsonl", job)

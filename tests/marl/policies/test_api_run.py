@@ -224,3 +224,22 @@ def test_cost_marks_api_predictions_as_estimates(tmp_path):
     scripted = json.loads(runner.invoke(app, ["cost", path, "--json", "--policy",
                                               "scripted"]).output)
     assert scripted["kind"] == "exact" and "estimate_reason" not in scripted
+
+
+def test_a_sweep_of_an_api_team_replays_from_the_cache(tmp_path):
+    with FakeOpenAI(reply=oracle_of("signal")) as server:
+        path = api_scenario(tmp_path, server.url)
+        runs = []
+        for out in ("first", "again"):
+            res = runner.invoke(app, ["sweep", path, "--grid", "costs.penalty_per_1k=0,1",
+                                      "--episodes", "4", "--workers", "1", "--cache",
+                                      str(tmp_path / "cache"), "--out", str(tmp_path / out)])
+            assert res.exit_code == 0, res.output
+            runs.append([json.loads(x) for x in
+                         (tmp_path / out / "cells.jsonl").read_text().splitlines()])
+            if out == "first":
+                sent = len(server.requests)
+    assert sent == len(server.requests) > 0  # the second sweep sent nothing
+    for a, b in zip(*runs, strict=True):
+        assert a["success_rate"] == b["success_rate"] == 1.0
+        assert a["tokens_per_episode"] == b["tokens_per_episode"]
