@@ -12,7 +12,7 @@ from typing import Any
 from marl.costing import predict_team, prediction_json
 from marl.errors import MarlError
 from marl.ledger import Ledger
-from marl.policies import BACKENDS, Policy, build_policy
+from marl.policies import API_BACKENDS, BACKENDS, Policy, build_policy
 from marl.rollout import collect
 from marl.team import Team
 from orchestration.hints import did_you_mean, listing
@@ -65,6 +65,11 @@ class RunResult:
     worst_episode_usd: Decimal = Decimal(0)
 
 
+#: For API teams, the budget's worst case of an episode is at least this multiple of the
+#: dearest episode the server billed so far (our token counts miss its chat template).
+API_HEADROOM = Decimal("1.25")
+
+
 def affordable(budget: Decimal, spent: Decimal, worst: Decimal, n: int) -> int:
     """How many of ``n`` episodes, at a worst case of ``worst`` USD each, fit in what is
     left of ``budget`` after ``spent`` (all of them when an episode is free).
@@ -91,8 +96,10 @@ def run(team: Team, episodes: int, seed: int | None = None, policy: str | None =
     played so far left of the budget; a batch that does not fit shrinks, down to one
     episode, and when not even one fits the run stops (``stopped == "budget"``). The
     spend counted is the ledger's (cached API responses included), so a replay from the
-    cache stops where the original run did. API predictions are estimates: the server's
-    tokenizer and chat template are not ours."""
+    cache stops where the original run did. API predictions are estimates (the server's
+    tokenizer and chat template are not ours), so a budgeted API team plays its first
+    episode alone and then takes as worst case the larger of the estimate and
+    ``API_HEADROOM`` times the dearest episode billed so far."""
     if episodes < 1:
         raise MarlError(f"--episodes must be at least 1, got {episodes}.")
     seed = team.scenario.seed if seed is None else seed
@@ -104,10 +111,17 @@ def run(team: Team, episodes: int, seed: int | None = None, policy: str | None =
                         "or lower max_new_tokens.")
     policies = build_policies(team, policy, seed, checkpoint, cache)
     out = RunResult(team, policies=policies, requested=episodes, worst_episode_usd=worst)
+    api = any((policy or spec.backend) in API_BACKENDS
+              for spec in team.scenario.policies.values())
     start = time.perf_counter()
     while len(out.episodes) < episodes:
         n = min(batch_size, episodes - len(out.episodes))
         if budget is not None:
+            if api and not out.episodes:  # our estimate misses the server's template
+                n = 1                         # tokens: calibrate it on one episode first
+            elif api:
+                billed = max(Decimal(e["cost_usd"]) for e in out.episodes)
+                worst = out.worst_episode_usd = max(worst, API_HEADROOM * billed)
             n = affordable(budget, out.ledger.cost(), worst, n)
             if n == 0:
                 out.stopped = "budget"

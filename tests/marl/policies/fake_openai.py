@@ -44,8 +44,9 @@ class FakeOpenAI:
     """Start with ``with FakeOpenAI(reply) as server:``; ``server.url`` is the base URL."""
 
     def __init__(self, reply: Callable[[str], str] = lambda prompt: "a",
-                 fault: Callable[[int, dict[str, Any]], Fault | None] | None = None):
-        self.reply, self.fault = reply, fault or (lambda n, body: None)
+                 fault: Callable[[int, dict[str, Any]], Fault | None] | None = None,
+                 bill: Callable[[str, str, bool], dict[str, Any]] = usage_of):
+        self.reply, self.fault, self.bill = reply, fault or (lambda n, body: None), bill
         self.requests: list[dict[str, Any]] = []  # every request body, in arrival order
         self.headers: list[dict[str, str]] = []
         self.billed = {"prompt": 0, "cached": 0, "completion": 0}  # usage of 200 answers
@@ -88,7 +89,7 @@ class FakeOpenAI:
             self.stop.wait(fault.delay_s)
         chat = path.endswith("/chat/completions")
         text = self.reply(prompt_of(body))
-        usage = usage_of(prompt_of(body), text, chat)
+        usage = self.bill(prompt_of(body), text, chat)
         with self.lock:
             for k, key in (("prompt", "prompt_tokens"), ("completion", "completion_tokens")):
                 self.billed[k] += usage[key]

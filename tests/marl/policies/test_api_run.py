@@ -243,3 +243,22 @@ def test_a_sweep_of_an_api_team_replays_from_the_cache(tmp_path):
     for a, b in zip(*runs, strict=True):
         assert a["success_rate"] == b["success_rate"] == 1.0
         assert a["tokens_per_episode"] == b["tokens_per_episode"]
+
+
+def test_a_server_that_bills_more_than_estimated_stays_within_the_budget(tmp_path):
+    def dear(prompt: str, text: str, chat: bool) -> dict:
+        """Three times our character count: a long chat template, another tokenizer."""
+        n = 3 * len(prompt)
+        return {"prompt_tokens": n, "completion_tokens": len(text), "total_tokens": n,
+                "prompt_tokens_details": {"cached_tokens": 0}}
+
+    with FakeOpenAI(reply=oracle_of("signal"), bill=dear) as server:
+        path = api_scenario(tmp_path, server.url)
+        worst = predict_team(load_team(path)).cost
+        data = yaml.safe_load(open(path).read())
+        data["costs"]["budget_usd"] = str(6 * worst)  # room for about 2 billed episodes
+        open(path, "w").write(yaml.safe_dump(data))
+        res, summary, episodes = play(path, tmp_path / "run", "--episodes", "10")
+    assert res.exit_code == 0, res.output
+    assert summary["stopped"] == "budget" and 1 <= len(episodes) < 10
+    assert Decimal(summary["cost_usd_total"]) <= 6 * worst  # never over the budget
