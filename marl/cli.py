@@ -1,8 +1,8 @@
-"""The ``marl`` command line: validate, cost, run, train, population and topology."""
+"""The ``marl`` command line: validate, cost, run, sweep, train, analyze and topology;
+``marl population`` lives in :mod:`marl.cli_population`."""
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from collections.abc import Callable
@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from marl.cli_population import population_app
+from marl.cli_shared import err, guarded, need_ray_extra, out
 from marl.errors import ConfigError, MarlError
 from marl.overrides import parse_sets
 
@@ -21,24 +22,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="llm-marl: simulate, price and train teams of LLM agents.")
 topology_app = typer.Typer(no_args_is_help=True, help="Inspect topology generators.")
 app.add_typer(topology_app, name="topology")
-population_app = typer.Typer(no_args_is_help=True, help="Populations of teams on Ray.")
 app.add_typer(population_app, name="population")
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
-
-
-def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Print the project's own errors without a traceback and exit with status 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except MarlError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
-            raise typer.Exit(2) from None
-
-    return wrapper
 
 
 @app.command()
@@ -128,9 +112,8 @@ def run(
 ) -> None:
     """Play episodes; print success, reward, tokens and cost; write summary.json and
     episodes.jsonl. Stops early (exit 0) when costs.budget_usd would be exceeded."""
-    from marl.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
     from marl.runner import run as run_team
-    from marl.runner import summarize
+    from marl.runner import summarize, write_run
     from marl.team import load_team
 
     team = load_team(scenario)
@@ -141,9 +124,7 @@ def run(
                           on_episode=lambda n: tick(n, f"{team.name}: {n}/{episodes} episodes"))
     summary = summarize(result, policy)
     episodes = summary["episodes"]
-    atomic_write_jsonl(target / "episodes.jsonl", result.episodes)
-    atomic_write_text(target / "scenario.yaml", team.to_yaml())
-    atomic_write_json(target / "summary.json", summary)
+    write_run(target, result, summary)
     total = {**summary["tokens_per_episode"], "cost": summary["cost_usd_per_episode"]}
     rows = {a: {**r, "cost": r["cost_usd_per_episode"]} for a, r in summary["per_agent"].items()}
     out.print(_token_table(f"{team.name}: tokens per episode ({episodes} episodes)", rows,
@@ -218,7 +199,7 @@ def sweep(
     from marl.sweep_tables import table_rows
 
     if ray or address:
-        _need_ray_extra("marl sweep --ray")
+        need_ray_extra("marl sweep --ray")
     try:
         report = run_sweep(scenario, grids, policy=policy, train=train, sets=sets,
                            episodes=episodes, seed=seed, workers=workers, out=out_dir,
@@ -385,101 +366,6 @@ def topology_show(
     out.print(render_text(graph), highlight=False)
     if out_png is not None:
         out.print(f"wrote {draw_png(graph, out_png, title=f'{kind} ({agents} agents)')}")
-
-
-def _need_ray_extra(command: str = "marl population") -> None:
-    """``marl population`` and ``marl sweep --ray`` reach up into ``populations/`` (lazily:
-    the one place in marl/ that does); they need the ``ray`` extra."""
-    from importlib.util import find_spec
-
-    missing = [name for name in ("ray", "openskill") if find_spec(name) is None]
-    if missing:
-        raise MarlError(f"{command} needs {' and '.join(missing)}: "
-                        "pip install -e '.[ray]'")
-
-
-@population_app.command("pbt")
-@guarded
-def population_pbt(
-    scenario: Path,
-    config: Path | None = typer.Option(None, help="Population config (e.g. "
-                                                  "configs/population/pbt.yaml)."),
-    sets: list[str] = typer.Option([], "--set", help="Population config override key=value."),
-    members: int | None = typer.Option(None, min=2, help="Members (overrides the config)."),
-    address: str | None = typer.Option(None, help="Ray cluster to join (default: RAY_ADDRESS, "
-                                                  "else a local Ray on this machine)."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Population directory (default "
-                                                            "runs/NAME-pbt)."),
-    resume: bool = typer.Option(False, help="Continue the population in --out."),
-) -> None:
-    """Population-based training (Ray Tune PBT) over settings and topologies."""
-    _need_ray_extra()
-    from marl.team import load_team
-    from populations.config import load_pbt_config
-    from populations.pbt import run_pbt
-
-    team = load_team(scenario)
-    cfg = load_pbt_config(config, [*sets, *([f"members={members}"] if members else [])])
-    target = out_dir or Path("runs") / f"{team.name}-pbt"
-    searched = ", ".join(cfg.mutations)
-    out.print(f"{team.name}: {cfg.members} members x {cfg.budget_steps} steps, reports every "
-              f"{cfg.perturbation_interval} steps, objective {cfg.objective}, searching "
-              f"{searched}; {cfg.resources.cpus:g} CPU / {cfg.resources.gpus:g} GPU per "
-              f"member; writing {target}", highlight=False)
-    population = run_pbt(scenario, cfg, target, address=address, resume=resume,
-                         log=lambda msg: err.print(msg, highlight=False))
-    table = Table("member", "steps", "objective", "cost USD", *cfg.mutations)
-    for m in population["members"]:
-        settings = m["history"][-1]["settings"] if m["history"] else {}
-        table.add_row(m["id"], str(m["steps"]),
-                      f"{m['final']['objective']:.3f}" if m["final"] else "-",
-                      f"{m['cost_usd']:.4f}", *(_setting(settings.get(k)) for k in cfg.mutations))
-    out.print(table)
-    best = population["best"]
-    out.print(f"{population['exploits']} exploits (exploits.jsonl); best member "
-              f"{best['id']} with objective {best['final']['objective']:.3f}, checkpoint "
-              f"{best['checkpoint']} (marl run {scenario} --checkpoint {best['checkpoint']})",
-              highlight=False)
-
-
-@population_app.command("league")
-@guarded
-def population_league(
-    scenario: Path,
-    config: Path | None = typer.Option(None, help="League config (e.g. "
-                                                  "configs/population/league.yaml)."),
-    sets: list[str] = typer.Option([], "--set", help="League config override key=value."),
-    address: str | None = typer.Option(None, help="Ray cluster to join (default: RAY_ADDRESS, "
-                                                  "else a local Ray on this machine)."),
-    out_dir: Path | None = typer.Option(None, "--out", help="League directory (default "
-                                                            "runs/NAME-league)."),
-) -> None:
-    """Self-play league on a competitive scenario: PFSP opponents, snapshots, ratings."""
-    _need_ray_extra()
-    from marl.team import load_team
-    from populations.config import load_league_config
-    from populations.league import check_two_teams, run_league
-
-    team = load_team(scenario)
-    check_two_teams(team)
-    cfg = load_league_config(config, sets)
-    target = out_dir or Path("runs") / f"{team.name}-league"
-    out.print(f"{team.name}: league of teams {', '.join(team.sides)}; {cfg.generations} "
-              f"generations x {cfg.iterations_per_generation} iterations, matches of "
-              f"{2 * cfg.match_episodes} games, PFSP {cfg.pfsp}; writing {target}",
-              highlight=False)
-    result = run_league(scenario, cfg, target, address=address,
-                        log=lambda msg: out.print(msg, highlight=False))
-    table = Table("snapshot", "mu", "sigma", "ordinal")
-    for name, r in result["ratings"].items():
-        table.add_row(name, f"{r['mu']:.2f}", f"{r['sigma']:.2f}", f"{r['ordinal']:.2f}")
-    out.print(table)
-    out.print(f"wrote {target / 'ratings.json'}, {target / 'winrates.json'} and "
-              f"{target / 'league.png'}", highlight=False)
-
-
-def _setting(value: Any) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 @app.command()

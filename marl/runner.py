@@ -217,3 +217,12 @@ def _budget_figures(result: RunResult) -> dict[str, Any]:
             "worst_episode_usd": float(result.worst_episode_usd),
             **({"stopped": result.stopped} if result.stopped else {})}
 
+
+def write_run(target: Path, result: RunResult, summary: dict[str, Any]) -> None:
+    """A ``marl run`` directory: ``episodes.jsonl``, ``scenario.yaml`` (the team as played)
+    and ``summary.json``, each written atomically, the summary last."""
+    from marl.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+
+    atomic_write_jsonl(target / "episodes.jsonl", result.episodes)
+    atomic_write_text(target / "scenario.yaml", result.team.to_yaml())
+    atomic_write_json(target / "summary.json", summary)

@@ -58,29 +58,15 @@ from marl.io import (
     read_jsonl,
 )
 from marl.ledger import Ledger
-from marl.policies import API_BACKENDS
+from marl.policies.api_settings import refuse_training
 from marl.rollout import EpisodeBatch, collect
 from marl.runner import build_policies
 from marl.scenario import problems_from
 from marl.team import Team
-from orchestration.hints import listing
 
 #: Settings that may change between steps (:meth:`Trainer.set`), as populations mutate them.
 MUTABLE = ("lr", "entropy_coef", "clip_low", "clip_high", "temperature", "penalty_per_1k",
            "topology")
-
-
-def refuse_api_policies(team: Team) -> None:
-    """API policies are evaluation-only: their weights live on someone else's server, and
-    a team that mixes them with trainable agents would pay per token for every training
-    episode. Checked before any policy is built."""
-    api = [name for name, spec in team.scenario.policies.items() if spec.backend in API_BACKENDS]
-    if api:
-        which = f"policies {listing(api)} use" if len(api) > 1 else f"policy {api[0]!r} uses"
-        raise MarlError(f"{team.source or team.name}: {which} the "
-                        f"{team.scenario.policies[api[0]].backend} backend, which serves "
-                        "models over an API and cannot be trained; evaluate such teams with "
-                        "marl run, marl sweep or marl analyze, and train tiny or hf policies.")
 
 
 class Trainer:
@@ -95,7 +81,7 @@ class Trainer:
     def __init__(self, team: Team, cfg: TrainConfig, out: Path, resume: bool = False,
                  log: Callable[[str], None] | None = None, policies: dict | None = None,
                  append: bool = False):
-        refuse_api_policies(team)
+        refuse_training(team)
         self.cfg, self.out = cfg, Path(out)
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.base = team  # the scenario as given; set() derives topology / cost variants

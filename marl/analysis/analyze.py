@@ -177,9 +177,8 @@ def run_numbers(run: Run, points: int = 20) -> dict[str, Any]:
     records = [r for r in records if r.get("split", "train") == "train"]
     tokens = token_breakdown(r.get("ledger", []) for r in records)
     out["tokens"] = tokens
-    out["tokens_per_episode"] = sum(a["prompt"] + a["completion"]
-                                    for a in tokens["per_agent"].values()) or None
-    out["usd_per_episode"] = sum(a["cost_usd"] for a in tokens["per_agent"].values()) or None
+    out["tokens_per_episode"] = tokens["total"]["tokens"] or None
+    out["usd_per_episode"] = tokens["total"]["cost_usd"] or None
     out["emergence"] = emergence_over_training(run, points, answer_agents)
     return out
 

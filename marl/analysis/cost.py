@@ -50,8 +50,9 @@ def cumulative(values: Iterable[float]) -> list[float]:
 
 
 def token_breakdown(ledgers: Iterable[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
-    """Mean tokens per episode by agent (prompt, cached, completion, USD) and by edge (tokens
-    delivered), from each episode's ledger rows as written in ``episodes.jsonl``.
+    """Mean tokens per episode by agent (prompt, cached, completion, USD), by edge (tokens
+    delivered) and in total (``tokens`` = prompt + completion), from each episode's ledger
+    rows as written in ``episodes.jsonl``.
 
     >>> rows = [{"agent": "a", "prompt_tokens": 5, "cached_tokens": 1, "completion_tokens": 2,
     ...          "cost_usd": "0.5", "received": {}},
@@ -60,6 +61,8 @@ def token_breakdown(ledgers: Iterable[Sequence[Mapping[str, Any]]]) -> dict[str,
     >>> out = token_breakdown([rows, rows])
     >>> out["per_agent"]["b"], out["per_edge"], out["episodes"]
     ({'prompt': 7.0, 'cached': 0.0, 'completion': 1.0, 'cost_usd': 0.25}, {'a->b': 4.0}, 2)
+    >>> out["total"]["tokens"], out["total"]["cost_usd"]
+    (15.0, 0.75)
     """
     agents: dict[str, dict[str, float]] = {}
     edges: dict[str, float] = {}
@@ -76,8 +79,9 @@ def token_breakdown(ledgers: Iterable[Sequence[Mapping[str, Any]]]) -> dict[str,
             for src, tokens in r.get("received", {}).items():
                 key = f"{src}->{r['agent']}"
                 edges[key] = edges.get(key, 0.0) + tokens
-    if n == 0:
-        return {"episodes": 0, "per_agent": {}, "per_edge": {}}
-    return {"episodes": n,
-            "per_agent": {a: {k: v / n for k, v in c.items()} for a, c in agents.items()},
-            "per_edge": {e: t / n for e, t in edges.items()}}
+    per_agent = {a: {k: v / n for k, v in c.items()} for a, c in agents.items()} if n else {}
+    total = {k: sum(a[k] for a in per_agent.values())
+             for k in ("prompt", "cached", "completion", "cost_usd")}
+    return {"episodes": n, "per_agent": per_agent,
+            "per_edge": {e: t / n for e, t in edges.items()} if n else {},
+            "total": {**total, "tokens": total["prompt"] + total["completion"]}}

@@ -152,14 +152,10 @@ def interventions(team: Team, checkpoint: Path, episodes: int = 64, samples: int
     rows += spent
     return {"checkpoint": str(checkpoint), "episodes": episodes, "samples": samples,
             "seed": seed, "causal_influence": influence, **importance,
-            "replay_cost": {"episodes": _episodes(rows),
-                            "tokens": sum(r.prompt_tokens + r.completion_tokens for r in rows),
+            "replay_cost": {"tokens": sum(r.prompt_tokens + r.completion_tokens for r in rows),
                             "cost_usd": float(sum((r.cost_usd for r in rows), Decimal(0))),
                             "wall_s": time.perf_counter() - start}}
 
-
-def _episodes(rows: Sequence[LedgerRow]) -> int:
-    return len({(id(r), r.episode) for r in rows})
 
 
 def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:

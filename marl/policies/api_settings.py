@@ -12,9 +12,11 @@ import re
 from typing import TYPE_CHECKING
 
 from marl.errors import MarlError, Problem
+from orchestration.hints import listing
 
 if TYPE_CHECKING:
     from marl.scenario import PolicySpec
+    from marl.team import Team
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: How keys of well-known providers begin (OpenAI, Groq, Hugging Face, xAI, Google, ...).
@@ -76,3 +78,19 @@ def api_key(spec: PolicySpec) -> str | None:
                         "before the run, or remove api_key_env for a server that needs no "
                         "key.")
     return value
+
+
+def refuse_training(team: Team) -> None:
+    """API policies are evaluation-only: their weights live on someone else's server, and
+    a team that mixes them with trainable agents would pay per token for every training
+    episode. Checked before any policy is built."""
+    from marl.policies import API_BACKENDS
+
+    api = [name for name, spec in team.scenario.policies.items()
+           if spec.backend in API_BACKENDS]
+    if api:
+        which = f"policies {listing(api)} use" if len(api) > 1 else f"policy {api[0]!r} uses"
+        raise MarlError(f"{team.source or team.name}: {which} the "
+                        f"{team.scenario.policies[api[0]].backend} backend, which serves "
+                        "models over an API and cannot be trained; evaluate such teams with "
+                        "marl run, marl sweep or marl analyze, and train tiny or hf policies.")
