@@ -1,11 +1,10 @@
 """The ``marl`` command line: validate, cost, run, sweep, train, analyze and topology;
-``marl population`` lives in :mod:`marl.cli_population`."""
+``marl population`` lives in :mod:`marl.cli_population`, ``marl baseline`` in
+:mod:`marl.cli_baseline`."""
 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from marl.cli_baseline import baseline
 from marl.cli_population import population_app
-from marl.cli_shared import err, guarded, need_ray_extra, out
+from marl.cli_shared import err, guarded, need_ray_extra, out, progress_bar
 from marl.errors import ConfigError, MarlError
 from marl.overrides import parse_sets
 
@@ -23,6 +23,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 topology_app = typer.Typer(no_args_is_help=True, help="Inspect topology generators.")
 app.add_typer(topology_app, name="topology")
 app.add_typer(population_app, name="population")
+app.command("baseline")(baseline)
 
 
 @app.command()
@@ -118,7 +119,7 @@ def run(
 
     team = load_team(scenario)
     target = out_dir or Path("runs") / team.name
-    with _progress(team.name, episodes, every=max(1, episodes // 10)) as tick:
+    with progress_bar(team.name, episodes, every=max(1, episodes // 10)) as tick:
         result = run_team(team, episodes, seed=seed, policy=policy, checkpoint=checkpoint,
                           batch_size=batch_size, cache=cache,
                           on_episode=lambda n: tick(n, f"{team.name}: {n}/{episodes} episodes"))
@@ -221,39 +222,6 @@ def sweep(
               + f" and {report.out / 'cells'}/", highlight=False)
 
 
-class _progress:
-    """A progress bar on a terminal; otherwise the text of every ``every``-th update (and
-    the last) as a plain line. The context gives ``tick(completed, text)``."""
-
-    def __init__(self, label: str, total: int, done: int = 0, every: int = 1,
-                 transient: bool = True):
-        self.label, self.total, self.done, self.every = label, total, done, every
-        self.transient, self.bar = transient, None
-
-    def __enter__(self) -> Callable[[int, str], None]:
-        if sys.stderr.isatty():
-            from rich.progress import Progress
-
-            self.bar = Progress(*Progress.get_default_columns(), "{task.fields[text]}",
-                                console=err, transient=self.transient)
-            self.bar.start()
-            task = self.bar.add_task(self.label, total=self.total, completed=self.done,
-                                     text="")
-            return lambda completed, text: self.bar.update(task, completed=completed,
-                                                           text=text)
-
-        def tick(completed: int, text: str) -> None:
-            if completed % self.every == 0 or completed == self.total:
-                err.print(text, highlight=False)
-
-        return tick
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
-
 @app.command()
 @guarded
 def train(
@@ -298,7 +266,7 @@ def train(
         out.print(f"uses the task oracle ({'; '.join(used)}): what this run learns is "
                   "imitation, not discovery (summary.json: uses_oracle true)", highlight=False)
     total = cfg.warmup + cfg.iterations
-    with _progress("train", total, trainer.step_count, transient=False) as tick:
+    with progress_bar("train", total, trainer.step_count, transient=False) as tick:
         try:
             summary = trainer.train(progress=lambda row: tick(row["step"], _row_text(row)))
         except KeyboardInterrupt:

@@ -95,7 +95,3 @@ def population_league(
 
 def _setting(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
-def _setting(value: Any) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -30,12 +31,45 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def need_ray_extra(command: str = "marl population") -> None:
-    """``marl population`` and ``marl sweep --ray`` reach up into ``populations/`` (lazily:
-    the one place in marl/ that does); they need the ``ray`` extra."""
+def need_ray_extra(command: str = "marl population", extra: str = "ray",
+                   modules: tuple[str, ...] = ("ray", "openskill")) -> None:
+    """``marl population``, ``marl sweep --ray`` and ``marl baseline`` reach up into
+    ``populations/`` (lazily: the one place in marl/ that does); they need an extra."""
     from importlib.util import find_spec
 
-    missing = [name for name in ("ray", "openskill") if find_spec(name) is None]
+    missing = [name for name in modules if find_spec(name) is None]
     if missing:
         raise MarlError(f"{command} needs {' and '.join(missing)}: "
-                        "pip install -e '.[ray]'")
+                        f"pip install -e '.[{extra}]'")
+
+
+class progress_bar:
+    """A progress bar on a terminal; otherwise the text of every ``every``-th update (and
+    the last) as a plain line. The context gives ``tick(completed, text)``."""
+
+    def __init__(self, label: str, total: int, done: int = 0, every: int = 1,
+                 transient: bool = True):
+        self.label, self.total, self.done, self.every = label, total, done, every
+        self.transient, self.bar = transient, None
+
+    def __enter__(self) -> Callable[[int, str], None]:
+        if sys.stderr.isatty():
+            from rich.progress import Progress
+
+            self.bar = Progress(*Progress.get_default_columns(), "{task.fields[text]}",
+                                console=err, transient=self.transient)
+            self.bar.start()
+            task = self.bar.add_task(self.label, total=self.total, completed=self.done,
+                                     text="")
+            return lambda completed, text: self.bar.update(task, completed=completed,
+                                                           text=text)
+
+        def tick(completed: int, text: str) -> None:
+            if completed % self.every == 0 or completed == self.total:
+                err.print(text, highlight=False)
+
+        return tick
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()

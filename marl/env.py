@@ -115,6 +115,10 @@ class TeamEnv(ParallelEnv):
         """Agents acting in the current step (empty once the episode is over)."""
         return self.team.topo.layers[self.layer] if self.agents else ()
 
+    def message(self, agent: str, rnd: int) -> str | None:
+        """What ``agent`` sent in round ``rnd`` of this episode (None: nothing yet)."""
+        return self._messages.get((agent, rnd))
+
     def reset(self, seed: int | None = None, options: dict | None = None):
         if seed is not None or self._rng is None:
             self._rng = np.random.default_rng(self._seed if seed is None else seed)

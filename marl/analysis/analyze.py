@@ -165,6 +165,7 @@ def run_numbers(run: Run, points: int = 20) -> dict[str, Any]:
         out["uses_oracle"] = summary.get("uses_oracle", (run.config or {}).get(
             "sft_coef", 0) not in (0, 0.0, None))
         out["algorithm"] = summary.get("algorithm", (run.config or {}).get("algorithm"))
+        out["tokens_are"] = summary.get("tokens_are", "tokens")
         curve = out["curve"]
         out["success"] = curve["eval_success"][-1] if curve["eval_success"] else (
             curve["success"][-1] if curve["success"] else None)

@@ -3,7 +3,8 @@ that needs no network) and a plain-text summary, from the numbers of
 :func:`marl.analysis.analyze.analyze`.
 
 Every run trained with oracle demonstrations, or played by the scripted oracle, is labelled
-so in each figure legend and table it appears in.
+so in each figure legend and table it appears in; so is every classic MARL baseline
+(``marl baseline``), whose agents exchange symbols and whose tokens count symbols.
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ MAX_RUN_FIGURES = 24  # runs drawn one by one (tokens, emergence); the tables li
 
 
 def label(run: dict[str, Any]) -> str:
-    """The run's name in figures: oracle use is always said."""
+    """The run's name in figures: oracle use is always said, and so is a classic MARL
+    baseline (symbol agents, whose tokens are symbols)."""
+    name = run["label"]
+    if run.get("tokens_are") == "symbols":
+        name = f"{name} (RLlib baseline, symbols)"
     if run["kind"] == "eval" and run.get("uses_oracle"):
-        return f"{run['label']} (scripted oracle)"
-    return f"{run['label']} (oracle demos)" if run.get("uses_oracle") else run["label"]
+        return f"{name} (scripted oracle)"
+    return f"{name} (oracle demos)" if run.get("uses_oracle") else name
 
 
 def _figure(cols: int = 1, rows: int = 1, width: float = 5.0,

@@ -178,6 +178,14 @@ class Task(ABC):
         of an answer): the form, not the meaning. Every oracle and random message is valid.
         """
 
+    def symbols(self, agent: str, final: bool) -> tuple[str, ...] | None:
+        """The finite alphabet of every position of ``agent``'s messages (or, when
+        ``final``, answers): one string of symbols per character, so that a message is a
+        choice of one symbol per position (what classic MARL baselines act with, see
+        :mod:`marl.symbolic`). ``None``: this task's messages are not drawn from a finite
+        alphabet of fixed length."""
+        return None
+
     #: Named instance distributions: ``train`` (what training samples) and, for tasks that
     #: study generalisation, held-out ones that evaluation reports separately.
     splits: ClassVar[tuple[str, ...]] = ("train",)

@@ -151,6 +151,11 @@ class Cipher(Task):
             return str(int(rng.integers(self.params.values)))
         return "".join(rng.choice(list(LETTERS), size=self.params.message_length))
 
+    def symbols(self, agent: str, final: bool) -> tuple[str, ...]:
+        if final:
+            return (string.digits[: self.params.values],)
+        return (LETTERS,) * self.params.message_length
+
     def valid_message(self, agent: str, message: str, final: bool) -> bool:
         if final:
             return is_index(message, self.params.values)

@@ -122,6 +122,12 @@ class Gather(Task):
             return f"{int(rng.integers(self._largest_answer + 1)):0{self.answer_length}d}"
         return "".join(rng.choice(list(DIGITS), size=self.message_length(agent)))
 
+    def symbols(self, agent: str, final: bool) -> tuple[str, ...]:
+        """Digits everywhere; a table slot may also be ``?`` marks (unknown value)."""
+        if final:
+            return (DIGITS,) * self.answer_length
+        return (DIGITS + "?",) * self.message_length(agent)
+
     def valid_message(self, agent: str, message: str, final: bool) -> bool:
         if final:
             return (len(message) == self.answer_length and message.isdigit()

@@ -106,6 +106,11 @@ class Lewis(Task):
             return str(int(rng.integers(self.params.objects)))
         return "".join(rng.choice(list(LETTERS), size=self.params.message_length))
 
+    def symbols(self, agent: str, final: bool) -> tuple[str, ...]:
+        if final:
+            return (string.digits[: self.params.objects],)
+        return (LETTERS,) * self.params.message_length
+
     def valid_message(self, agent: str, message: str, final: bool) -> bool:
         if final:
             return is_index(message, self.params.objects)

@@ -180,6 +180,11 @@ class Ref(Task):
                                                              size=self.params.attributes))
         return "".join(rng.choice(list(self.alphabet), size=self.params.message_length))
 
+    def symbols(self, agent: str, final: bool) -> tuple[str, ...]:
+        if final:
+            return (string.digits[: self.params.values],) * self.params.attributes
+        return (self.alphabet,) * self.params.message_length
+
     def valid_message(self, agent: str, message: str, final: bool) -> bool:
         if final:
             return (len(message) == self.params.attributes

@@ -79,5 +79,8 @@ class Relay(Task):
     def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
         return "".join(rng.choice(list(LETTERS), size=self.params.fact_length))
 
+    def symbols(self, agent: str, final: bool) -> tuple[str, ...]:
+        return (LETTERS,) * self.params.fact_length
+
     def valid_message(self, agent: str, message: str, final: bool) -> bool:
         return is_code(message, self.params.fact_length, LETTERS)

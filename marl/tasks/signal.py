@@ -135,6 +135,11 @@ class Signal(Task):
             return str(int(rng.integers(self.params.candidates)))
         return "".join(rng.choice(list(LETTERS), size=self.m))
 
+    def symbols(self, agent: str, final: bool) -> tuple[str, ...]:
+        if final:
+            return (string.digits[: self.params.candidates],)
+        return (LETTERS,) * self.m
+
     def valid_message(self, agent: str, message: str, final: bool) -> bool:
         if final:
             return is_index(message, self.params.candidates)

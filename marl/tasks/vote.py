@@ -22,6 +22,7 @@ Version history
 
 from __future__ import annotations
 
+import string
 from collections import Counter
 
 import numpy as np
@@ -71,6 +72,9 @@ class Vote(Task):
 
     def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
         return str(int(rng.integers(self.params.classes)))
+
+    def symbols(self, agent: str, final: bool) -> tuple[str, ...]:
+        return (string.digits[: self.params.classes],)
 
     def valid_message(self, agent: str, message: str, final: bool) -> bool:
         return is_index(message, self.params.classes)
