@@ -120,15 +120,17 @@ def layouts(team: Team) -> dict[str, AgentLayout]:
                                     f"formats ({a!r} among them), so one network cannot act "
                                     "for all of them; give them separate policies.")
                 shared[part] = shared[part] or mine
-        sizes = {a: _size(team, a, private[a], draft[a][2], len(members)) for a in members}
+        sizes = {a: _size(team, private[a], draft[a][2], len(members)) for a in members}
         for i, a in enumerate(members):
             out[a] = AgentLayout(shared[0], shared[1], private[a], draft[a][2], i,
                                  max(sizes.values()))
     return {a: out[a] for a in team.ids}
 
 
-def _size(team: Team, agent: str, private_chars: int,
-          slots: tuple[tuple[int, str, int], ...], members: int) -> int:
+def _size(team: Team, private_chars: int, slots: tuple[tuple[int, str, int], ...],
+          members: int) -> int:
+    """Observation length: private text, every readable message (presence bit and symbols),
+    the round, the acting and answering bits, and the member one-hot (shared policies)."""
     read = sum(1 + sum(len(a) for a in formats(team, s, sr)) for _, s, sr in slots)
     members_part = members if members > 1 else 0
     return private_chars * len(CHARSET) + read + team.rounds + 2 + members_part

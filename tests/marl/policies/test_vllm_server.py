@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -107,3 +108,81 @@ def test_the_ledger_holds_what_the_server_billed(server, tmp_path, api):
     assert tokens["prompt"] * 6 == pytest.approx(billed_prompt)
     assert tokens["completion"] * 6 == pytest.approx(billed_out)
     assert billed_out > 0 and summary["cost_usd_per_episode"] > 0
+
+
+class _FaultProxy:
+    """Forwards requests to ``upstream`` but answers every third one (n % 3 == 1) with 429
+    and ``Retry-After: 0`` instead: a rate-limited real server."""
+
+    def __init__(self, upstream: str):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        proxy = self
+        self.upstream, self.seen, self.refused = upstream, 0, 0
+        self.lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with proxy.lock:
+                    n, proxy.seen = proxy.seen, proxy.seen + 1
+                    refuse = n % 3 == 1
+                    proxy.refused += refuse
+                if refuse:
+                    self.send_response(429)
+                    self.send_header("Retry-After", "0")
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"{}")
+                    return
+                req = urllib.request.Request(proxy.upstream + self.path, data=body,
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=60) as r:  # noqa: S310 - 127.0.0.1
+                    data = r.read()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_third_of_requests_rate_limited_still_plays_every_episode(server, tmp_path):
+    """429 with Retry-After on every third request (a fault proxy in front of the real
+    server): retried, every episode played, and only what was served is billed."""
+    proxy = _FaultProxy(server)
+    try:
+        data = yaml.safe_load((ROOT / "scenarios" / "gather_star.yaml").read_text())
+        data["policies"] = {name: {"backend": "openai", "model": "tiny", "api": "chat",
+                                   "base_url": proxy.url, "max_new_tokens": 6,
+                                   "max_concurrency": 4, "max_retries": 4}
+                            for name in data["policies"]}
+        scenario = tmp_path / "gather_429.yaml"
+        scenario.write_text(yaml.safe_dump(data))
+        before = _counters(server)
+        res = CliRunner().invoke(app, ["run", str(scenario), "--episodes", "6", "--out",
+                                       str(tmp_path / "run")])
+        after = _counters(server)
+    finally:
+        proxy.close()
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    episodes = [json.loads(x) for x in
+                (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    assert len(episodes) == 6 and not any("error" in e for e in episodes)
+    assert summary["failed_episodes"] == 0
+    calls = 6 * 4  # four agents, one round
+    assert proxy.refused >= calls // 3 and summary["api_retries"] == proxy.refused
+    billed = after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"]
+    assert summary["tokens_per_episode"]["prompt"] * 6 == pytest.approx(billed)
