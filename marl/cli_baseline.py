@@ -7,9 +7,12 @@ from pathlib import Path
 import typer
 
 from marl.cli_shared import err, guarded, need_ray_extra, out, progress_bar
+from marl.errors import MarlError
 
 #: What the baseline needs beyond the core: RLlib (Ray with its rllib extra) and dm-tree.
 RLLIB_MODULES = ("ray", "tree", "scipy")
+#: RLlib algorithms ``--algo`` accepts.
+ALGORITHMS = ("ppo",)
 
 
 @guarded
@@ -28,6 +31,8 @@ def baseline(
 ) -> None:
     """Train small neural agents that exchange discrete symbols (RLlib) on the scenario's
     task and topology: the classic MARL baseline beside an LLM team (marl analyze)."""
+    if algo not in ALGORITHMS:
+        raise MarlError(f"--algo {algo!r}: the baselines built are {', '.join(ALGORITHMS)}.")
     need_ray_extra("marl baseline", extra="rllib", modules=RLLIB_MODULES)
     from marl.team import load_team
     from populations.baseline import describe, run_baseline

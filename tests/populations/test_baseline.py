@@ -175,3 +175,18 @@ def test_an_existing_run_is_not_overwritten(two_iterations):
     with pytest.raises(MarlError, match="already holds a run"):
         run_baseline(SIGNAL, load_baseline_config(None, SMALL), out)
     assert (out / "metrics.jsonl").read_text() == before
+
+
+def test_sampling_in_a_remote_env_runner_reports_the_same_figures(ray_local, tmp_path):
+    from populations.baseline import run_baseline
+
+    cfg = load_baseline_config(None, [*SMALL, "iterations=1", "env_runners=1"])
+    run_baseline(SIGNAL, cfg, tmp_path / "remote", log=lambda msg: None)
+    (row,) = read_jsonl(tmp_path / "remote" / "metrics.jsonl")
+    assert row["episodes"] >= 32 and row["tokens_per_episode"] == 3.0
+    assert 0.0 <= row["success_rate"] <= 1.0 and "eval_success_rate" in row
+
+
+def test_an_unknown_algorithm_is_named():
+    result = CliRunner().invoke(app, ["baseline", str(SIGNAL), "--algo", "dqn"])
+    assert result.exit_code == 2 and "--algo 'dqn'" in result.output and "ppo" in result.output
