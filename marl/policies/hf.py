@@ -166,9 +166,20 @@ class HFTokenizer:
         # Longest decoded token bounds how many characters a token limit allows.
         pieces = tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
         self.max_token_chars = max(1, *(len(p) for p in pieces if p))
+        self._memo: dict[str, tuple[int, ...]] = {}
+
+    #: Texts whose ids are remembered: the environment counts the same prompts, histories
+    #: and messages again and again (the G rollouts of an instance share their prompts).
+    MEMO = 8192
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        ids = self._memo.get(text)
+        if ids is None:
+            ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+            if len(self._memo) >= self.MEMO:
+                self._memo.pop(next(iter(self._memo)))  # the oldest entry
+            self._memo[text] = ids
+        return list(ids)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True,

@@ -53,6 +53,23 @@ def test_tokenizer_round_trips_charset_text(loaded):
     assert tok.prefix_stable is False
 
 
+def test_remembered_ids_equal_the_tokenizers_and_cannot_be_corrupted(tiny_dir, monkeypatch):
+    _, tok = load_hf(tiny_dir)
+    monkeypatch.setattr(type(tok), "MEMO", 3)
+    calls = []
+    real = tok.tokenizer.encode
+    monkeypatch.setattr(tok.tokenizer, "encode",
+                        lambda text, **kw: calls.append(text) or real(text, **kw))
+    first = tok.encode("hello")
+    first.append(99)  # a caller's edit must not reach the memo
+    assert tok.encode("hello") == real("hello", add_special_tokens=False)
+    assert calls == ["hello"]  # the second call was remembered
+    for text in ("a", "b", "c"):  # "hello" is the oldest of four: forgotten
+        tok.encode(text)
+    tok.encode("hello")
+    assert calls == ["hello", "a", "b", "c", "hello"] and len(tok._memo) == 3
+
+
 def test_prompt_without_chat_template_starts_with_bos(loaded):
     _, tok = loaded
     assert tok.render("hi") == "<bos>hi"
