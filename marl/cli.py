@@ -366,7 +366,11 @@ def analyze(
         from marl.analysis.replay import replay_run
 
         for run in data["runs"]:
-            if run["kind"] == "train" and run["edges"] is not None:
+            if run.get("tokens_are") == "symbols":
+                err.print(f"{run['label']}: an RLlib baseline (symbol agents, no language "
+                          "model checkpoints); its interventions are not replayed",
+                          highlight=False)
+            elif run["kind"] == "train" and run["edges"] is not None:
                 run["interventions"] = replay_run(Path(run["path"]), replay_episodes,
                                                   replay_samples, seed,
                                                   log=lambda m: err.print(m, highlight=False))

@@ -190,3 +190,11 @@ def test_sampling_in_a_remote_env_runner_reports_the_same_figures(ray_local, tmp
 def test_an_unknown_algorithm_is_named():
     result = CliRunner().invoke(app, ["baseline", str(SIGNAL), "--algo", "dqn"])
     assert result.exit_code == 2 and "--algo 'dqn'" in result.output and "ppo" in result.output
+
+
+def test_replay_says_a_baseline_has_no_language_models_to_replay(two_iterations, tmp_path):
+    out, _ = two_iterations
+    result = CliRunner().invoke(app, ["analyze", str(out), "--replay", "--replay-episodes", "4",
+                                      "--out", str(tmp_path / "r.html")])
+    assert result.exit_code == 0, result.output
+    assert "its interventions are not replayed" in result.output
