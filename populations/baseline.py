@@ -24,6 +24,7 @@ evaluates with the same seed.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -264,8 +265,7 @@ def _train(algo: Any, team: Team, cfg: BaselineConfig, out: Path,
     policies = sorted({a.policy for a in team.agents})
     best: dict[str, Any] = {"eval_success_rate": -1.0, "iteration": None}
     rows: list[dict[str, Any]] = []
-    wall, episodes = 0.0, 0
-    stopped = None
+    wall, stopped = 0.0, None
     for it in range(1, cfg.iterations + 1):
         start = time.perf_counter()
         try:
@@ -275,20 +275,10 @@ def _train(algo: Any, team: Team, cfg: BaselineConfig, out: Path,
             break
         seconds = time.perf_counter() - start
         wall += seconds
-        runners = result.get("env_runners", {})
-        sums = runners.get("figures", {})
-        n = int(sums.get("episodes", 0))
-        figures = {k: float(sums[k]) / n for k in EPISODE_FIGURES if n and k in sums}
-        episodes += n
-        row = {"phase": "rl", "step": it, "iteration": it, "stage": None,
-               "episodes": episodes, "episodes_this_iteration": n,
-               "reward_mean": figures.get("reward"), "success_rate": figures.get("success"),
-               "score_mean": figures.get("score"),
-               "tokens_per_episode": figures.get("tokens"),
-               "completion_tokens_per_episode": figures.get("completion_tokens"),
-               "cost_per_episode": figures.get("cost_usd"),
-               "samples_per_s": int(runners.get("num_env_steps_sampled", 0)) / seconds}
-        row.update(_learner_figures(result, policies))
+        row = _row(result, policies, it, rows[-1]["episodes"] if rows else 0, seconds)
+        if not math.isfinite(row["loss"]):
+            stopped = "diverged"
+            break
         if it % cfg.eval_every == 0 or it == cfg.iterations:
             modules = {p: algo.get_module(p) for p in policies}
             evaluated, records = evaluate(team, modules, cfg)
@@ -309,13 +299,35 @@ def _train(algo: Any, team: Team, cfg: BaselineConfig, out: Path,
         if cfg.time_budget_s is not None and wall >= cfg.time_budget_s:
             log(f"time budget of {cfg.time_budget_s:.0f} s reached at iteration {it}")
             break
-    atomic_dir(out / "checkpoints" / "final", lambda tmp: algo.save_to_path(str(tmp)))
+    if stopped != "diverged":  # diverged weights are not worth a checkpoint
+        atomic_dir(out / "checkpoints" / "final", lambda tmp: algo.save_to_path(str(tmp)))
     summary = {"scenario": team.name, "algorithm": f"rllib-{cfg.algo}", "baseline": "rllib",
                "uses_oracle": False, "tokens_are": "symbols", "warmup_steps": 0,
                "iterations": len(rows), "wall_s": wall, "stage": None, "best": best,
                "final": rows[-1] if rows else None, **({"stopped": stopped} if stopped else {})}
     atomic_write_json(out / "summary.json", summary)
+    if stopped == "diverged":
+        raise MarlError(f"training diverged at iteration {len(rows) + 1}: the PPO loss is not "
+                        f"finite; the {len(rows)} iterations before it are kept in {out} "
+                        f"(no checkpoint). Lower lr (now {cfg.lr:g}) and start a new run.")
     return summary
+
+
+def _row(result: dict[str, Any], policies: list[str], it: int, episodes_before: int,
+         seconds: float) -> dict[str, Any]:
+    """An iteration's metrics row (``marl train``'s keys) from RLlib's result."""
+    runners = result.get("env_runners", {})
+    sums = runners.get("figures", {})
+    n = int(sums.get("episodes", 0))
+    figures = {k: float(sums[k]) / n for k in EPISODE_FIGURES if n and k in sums}
+    return {"phase": "rl", "step": it, "iteration": it, "stage": None,
+            "episodes": episodes_before + n, "episodes_this_iteration": n,
+            "reward_mean": figures.get("reward"), "success_rate": figures.get("success"),
+            "score_mean": figures.get("score"), "tokens_per_episode": figures.get("tokens"),
+            "completion_tokens_per_episode": figures.get("completion_tokens"),
+            "cost_per_episode": figures.get("cost_usd"),
+            "samples_per_s": int(runners.get("num_env_steps_sampled", 0)) / seconds,
+            **_learner_figures(result, policies)}
 
 
 def _learner_figures(result: dict[str, Any], policies: list[str]) -> dict[str, Any]:

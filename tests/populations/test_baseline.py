@@ -198,3 +198,25 @@ def test_replay_says_a_baseline_has_no_language_models_to_replay(two_iterations,
                                       "--out", str(tmp_path / "r.html")])
     assert result.exit_code == 0, result.output
     assert "its interventions are not replayed" in result.output
+
+
+def test_a_diverging_run_stops_with_the_fix_and_keeps_its_rows(ray_local, tmp_path, monkeypatch):
+    import populations.baseline as baseline
+    from marl.errors import MarlError
+
+    real = baseline._learner_figures
+    calls = []
+
+    def nan_on_the_second(result, policies):
+        calls.append(1)
+        figures = real(result, policies)
+        return {**figures, "loss": float("nan")} if len(calls) == 2 else figures
+
+    monkeypatch.setattr(baseline, "_learner_figures", nan_on_the_second)
+    out = tmp_path / "nan"
+    with pytest.raises(MarlError, match="diverged at iteration 2.*Lower lr"):
+        baseline.run_baseline(SIGNAL, load_baseline_config(None, [*SMALL, "iterations=3"]),
+                              out, log=lambda msg: None)
+    assert [r["iteration"] for r in read_jsonl(out / "metrics.jsonl")] == [1]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped"] == "diverged" and not (out / "checkpoints").exists()
