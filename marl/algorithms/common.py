@@ -223,7 +223,9 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
     stats = {"entropy": float(aggregate(ent.detach(), mask, "token"))}
     reg = regularized(s, mask, cfg)
     if cfg.entropy_coef:
-        loss = loss - cfg.entropy_coef * aggregate(ent, reg, cfg.aggregation)
+        # With a target, only tokens whose entropy is below it are pushed up (a floor).
+        bonus = ent if cfg.entropy_target is None else ent.clamp(max=cfg.entropy_target)
+        loss = loss - cfg.entropy_coef * aggregate(bonus, reg, cfg.aggregation)
     if kl_tok:
         loss = loss + cfg.kl_coef * aggregate(kl_tok[0], reg, cfg.aggregation)
         stats["kl"] = float(aggregate(kl_tok[0].detach(), mask, cfg.aggregation))

@@ -74,6 +74,14 @@ class TrainConfig(BaseModel):
                                 "settled: on lewis with 8 objects, without it the listener "
                                 "became certain of wrong answers (p = 1.0) and the team "
                                 "stayed at 0.73; with 0.05 it reached 1.0.")
+    entropy_target: float | None = Field(
+        None, gt=0, description="The entropy bonus applies only to tokens whose entropy "
+        "(nats, full vocabulary) is below this: a floor that keeps an agent exploring "
+        "without pushing a settled one towards ill-formed messages. None (default): every "
+        "token. Measured with 0.3 on the main job over 1,200 iterations, seeds 0-2: 20 "
+        "evaluations below 0.95 after solving instead of 40 or more, lowest 0.67 instead "
+        "of 0.44, but seed 2 (never below 0.95 without it) dipped 6 times; lewis with 8 "
+        "objects reached 1.0 after 520 iterations.")
     aggregation: Literal["token", "sequence"] = Field(
         "token", description="token: mean over all tokens; sequence: mean of per-sequence means.")
     sft_coef: float = Field(0.0, ge=0, description="L = L_RL + sft_coef * L_SFT on the task "

@@ -94,6 +94,25 @@ def test_a_solved_team_is_left_alone(tmp_path, monkeypatch, regularize):
     assert moved == regularize
 
 
+@pytest.mark.parametrize("target", [None, 0.5, 50.0])
+def test_the_entropy_bonus_only_lifts_tokens_below_its_target(tmp_path, monkeypatch, target):
+    """No policy gradient (every rollout succeeds) and no KL: only the entropy bonus can move
+    the policy. An untrained model's tokens are near uniform (about 4.6 nats): a target of
+    0.5 leaves them alone, no target or one of 50 pushes them."""
+    monkeypatch.setitem(TASKS, "always_right_v0", f"{__name__}:AlwaysRight")
+    team = load_team({"name": "flat", "task": {"name": "always_right_v0"},
+                      "agents": [{"id": "a"}],
+                      "policies": {"default": {"backend": "tiny", "max_new_tokens": 2}},
+                      "topology": {"kind": "chain"}, "protocol": {"answer": "a"}})
+    cfg = small(iterations=1, kl_coef=0.0, entropy_target=target)
+    trainer = Trainer(team, cfg, tmp_path)
+    before = [p.detach().clone() for p in trainer.policies["a"].parameters()]
+    trainer.train()
+    moved = any(not torch.equal(a, p) for a, p in zip(before, trainer.policies["a"].parameters(),
+                                                        strict=True))
+    assert moved == (target != 0.5)
+
+
 def test_rl_learns_a_known_answer(toy, tmp_path):
     trainer = Trainer(toy, small(iterations=25, lr=1e-2, eval_every=25), tmp_path)
     trainer.train()
