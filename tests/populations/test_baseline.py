@@ -220,3 +220,37 @@ def test_a_diverging_run_stops_with_the_fix_and_keeps_its_rows(ray_local, tmp_pa
     assert [r["iteration"] for r in read_jsonl(out / "metrics.jsonl")] == [1]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stopped"] == "diverged" and not (out / "checkpoints").exists()
+
+
+def test_an_interrupted_run_keeps_what_it_did(ray_local, tmp_path, monkeypatch):
+    import populations.baseline as baseline
+
+    real = baseline.algorithm_config
+
+    def interrupted_on_the_second(team, cfg):
+        config = real(team, cfg)
+        build = config.build_algo
+
+        def build_algo():
+            algo = build()
+            train, calls = algo.train, []
+
+            def once_then_interrupt():
+                calls.append(1)
+                if len(calls) == 2:
+                    raise KeyboardInterrupt
+                return train()
+
+            algo.train = once_then_interrupt
+            return algo
+
+        config.build_algo = build_algo
+        return config
+
+    monkeypatch.setattr(baseline, "algorithm_config", interrupted_on_the_second)
+    out = tmp_path / "stopped"
+    summary = baseline.run_baseline(SIGNAL, load_baseline_config(None, [*SMALL, "iterations=3"]),
+                                    out, log=lambda msg: None)
+    assert summary["stopped"] == "interrupted" and summary["iterations"] == 1
+    assert [r["iteration"] for r in read_jsonl(out / "metrics.jsonl")] == [1]
+    assert (out / "checkpoints" / "final").is_dir()
