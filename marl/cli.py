@@ -14,7 +14,7 @@ from rich.table import Table
 
 from marl.cli_baseline import baseline
 from marl.cli_population import population_app
-from marl.cli_shared import err, guarded, need_ray_extra, out, progress_bar
+from marl.cli_shared import err, eval_text, guarded, need_ray_extra, out, progress_bar
 from marl.errors import ConfigError, MarlError
 from marl.overrides import parse_sets
 
@@ -298,13 +298,7 @@ def _row_text(row: dict[str, Any]) -> str:
                                              for side, v in row["side_reward_mean"].items())
     if row.get("stage"):
         text = f"[{row['stage']}] {text}"
-    if "eval_success_rate" in row:
-        text += f" | eval success {row['eval_success_rate']:.3f}"
-        text += "".join(f", {k.removeprefix('eval_').removesuffix('_success_rate')} "
-                        f"{v:.3f}" for k, v in row.items()
-                        if k.endswith("_success_rate") and not isinstance(v, dict) and k not in (
-                            "eval_success_rate", "success_rate"))
-    return text
+    return text + eval_text(row)
 
 
 def _low(rates: dict[str, float]) -> float:

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import typer
 
-from marl.cli_shared import err, guarded, need_ray_extra, out, progress_bar
+from marl.cli_shared import (
+    err,
+    eval_text,
+    guarded,
+    need_ray_extra,
+    out,
+    progress_bar,
+    split_rates,
+)
 from marl.errors import MarlError
 
 #: What the baseline needs beyond the core: RLlib (Ray with its rllib extra) and dm-tree.
@@ -50,11 +58,8 @@ def baseline(
     best = summary["best"]
     found = (f"best eval success {best['eval_success_rate']:.3f} at iteration "
              f"{best['iteration']}" if best["iteration"] is not None else "no evaluation yet")
-    held = {k: v for k, v in (summary["final"] or {}).items()
-            if k.startswith("eval_") and k.endswith("_success_rate")
-            and k != "eval_success_rate"}
-    found += "".join(f"; final {k.removeprefix('eval_').removesuffix('_success_rate')} "
-                     f"success {v:.3f}" for k, v in held.items())
+    found += "".join(f"; final {split} success {v:.3f}"
+                     for split, v in split_rates(summary["final"] or {}).items())
     out.print(f"done: {summary['iterations']} iterations in {summary['wall_s']:.0f} s; {found}; "
               f"checkpoint in {target / 'checkpoints' / 'final'}", highlight=False)
     if summary.get("stopped") == "interrupted":
@@ -68,10 +73,4 @@ def _row_text(row: dict) -> str:
     if row.get("success_rate") is not None:
         text += (f"success {row['success_rate']:.3f} reward {row['reward_mean']:.3f} "
                  f"symbols/ep {row['tokens_per_episode']:.1f} ")
-    text += f"{row['samples_per_s']:.0f} steps/s"
-    if "eval_success_rate" in row:
-        text += f" | eval success {row['eval_success_rate']:.3f}"
-        text += "".join(f", {k.removeprefix('eval_').removesuffix('_success_rate')} {v:.3f}"
-                        for k, v in row.items() if k.startswith("eval_")
-                        and k.endswith("_success_rate") and k != "eval_success_rate")
-    return text
+    return text + f"{row['samples_per_s']:.0f} steps/s" + eval_text(row)

@@ -43,6 +43,25 @@ def need_ray_extra(command: str = "marl population", extra: str = "ray",
                         f"pip install -e '.[{extra}]'")
 
 
+def split_rates(row: dict[str, Any]) -> dict[str, float]:
+    """A row's eval success on held-out splits (``eval_<split>_success_rate``), by split.
+
+    >>> split_rates({"eval_success_rate": 1.0, "eval_holdout_success_rate": 0.5})
+    {'holdout': 0.5}
+    """
+    return {k.removeprefix("eval_").removesuffix("_success_rate"): v for k, v in row.items()
+            if k.startswith("eval_") and k.endswith("_success_rate")
+            and k != "eval_success_rate" and not isinstance(v, dict)}
+
+
+def eval_text(row: dict[str, Any]) -> str:
+    """`` | eval success 0.922, holdout 0.266`` for a row with an evaluation, else ''."""
+    if "eval_success_rate" not in row:
+        return ""
+    return (f" | eval success {row['eval_success_rate']:.3f}"
+            + "".join(f", {split} {v:.3f}" for split, v in split_rates(row).items()))
+
+
 class progress_bar:
     """A progress bar on a terminal; otherwise the text of every ``every``-th update (and
     the last) as a plain line. The context gives ``tick(completed, text)``."""

@@ -42,6 +42,7 @@ from pettingzoo import ParallelEnv
 
 from marl import prompts
 from marl.costing import predict_team
+from marl.errors import MarlError
 from marl.ledger import LedgerRow, Usage, make_row, token_penalty
 from marl.scenario import Scenario
 from marl.team import Team, load_team
@@ -307,6 +308,21 @@ class TeamEnv(ParallelEnv):
         rewards = {a: sides[self.team.side_of(a)]["reward"] for a in done}
         self.agents = []
         return obs, rewards, dict.fromkeys(done, True), dict.fromkeys(done, False), infos
+
+    def record(self, group: int = 0, result: dict[str, Any] | None = None,
+               rows: list[LedgerRow] | None = None) -> dict[str, Any]:
+        """The finished episode as runs keep it (``episodes.jsonl``, ``episodes/*.jsonl``):
+        the result, the instance's private texts, the transcript and the ledger rows.
+        ``result`` and ``rows`` replace the episode's own (a wrapper that counts tokens
+        differently)."""
+        result = self.result if result is None else result
+        if result is None:
+            raise MarlError("the episode is not over yet; a record needs a finished episode.")
+        rows = self.rows if rows is None else rows
+        return {**{k: v for k, v in result.items() if k != "cost_usd"},
+                "cost_usd": str(result["cost_usd"]), "group": group,
+                "private": dict(self.instance.private), "transcript": self.transcript,
+                "ledger": [r.to_json() for r in rows]}
 
     def render(self) -> str:
         """The transcript so far, one line per message."""

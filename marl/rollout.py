@@ -245,11 +245,7 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, seen: dict,
                                    for res in results])
         side_penalty = torch.tensor([[res["sides"][x]["token_penalty"] for x in sides]
                                      for res in results])
-    records = [{**{k: v for k, v in res.items() if k != "cost_usd"},
-                "cost_usd": str(res["cost_usd"]), "group": b // group_size,
-                "private": dict(env.instance.private), "transcript": env.transcript,
-                "ledger": [r.to_json() for r in env.rows]}
-               for b, (env, res) in enumerate(zip(envs, results, strict=True))]
+    records = [env.record(b // group_size) for b, env in enumerate(envs)]
     return EpisodeBatch(
         agents=team.ids,
         call_agent=torch.tensor([index[a] for a, _ in slots]),

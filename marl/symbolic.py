@@ -57,9 +57,11 @@ class AgentLayout:
     message: tuple[str, ...]  # alphabet per position of its messages (empty: never sends)
     answer: tuple[str, ...]  # alphabet per position of its answer (empty: never answers)
     private_chars: int
-    #: Every message it can read: (the round it is first read in, sender, sender's round).
-    slots: tuple[tuple[int, str, int], ...]
+    #: Every message it can read: (the round it is first read in, sender, sender's round,
+    #: the sender's alphabets then).
+    slots: tuple[tuple[int, str, int, tuple[str, ...]], ...]
     member: int  # its index among the agents of its policy
+    members: int  # agents of its policy
     obs_size: int  # this policy's observation size (the longest of its agents)
 
     @property
@@ -78,6 +80,7 @@ def formats(team: Team, agent: str, rnd: int) -> tuple[str, ...]:
     return symbols
 
 
+@functools.lru_cache(maxsize=64)  # a Team hashes by identity; every env of it shares this
 def layouts(team: Team) -> dict[str, AgentLayout]:
     """Every agent's layout; agents that share a policy must send in the same formats."""
     rng = np.random.default_rng(0)
@@ -101,7 +104,7 @@ def layouts(team: Team) -> dict[str, AgentLayout]:
         for r in range(team.rounds):
             for sent in [*team.topo.inbox(a, r), *([(a, r - 1)] if r else [])]:
                 first_read.setdefault(sent, r)
-        slots = tuple((r, s, sr) for (s, sr), r in first_read.items())
+        slots = tuple((r, s, sr, formats(team, s, sr)) for (s, sr), r in first_read.items())
         draft[a] = (message, answer, slots)
     by_policy: dict[str, list[str]] = {}
     for ag in team.agents:
@@ -123,15 +126,15 @@ def layouts(team: Team) -> dict[str, AgentLayout]:
         sizes = {a: _size(team, private[a], draft[a][2], len(members)) for a in members}
         for i, a in enumerate(members):
             out[a] = AgentLayout(shared[0], shared[1], private[a], draft[a][2], i,
-                                 max(sizes.values()))
+                                 len(members), max(sizes.values()))
     return {a: out[a] for a in team.ids}
 
 
-def _size(team: Team, private_chars: int, slots: tuple[tuple[int, str, int], ...],
-          members: int) -> int:
+def _size(team: Team, private_chars: int,
+          slots: tuple[tuple[int, str, int, tuple[str, ...]], ...], members: int) -> int:
     """Observation length: private text, every readable message (presence bit and symbols),
     the round, the acting and answering bits, and the member one-hot (shared policies)."""
-    read = sum(1 + sum(len(a) for a in formats(team, s, sr)) for _, s, sr in slots)
+    read = sum(1 + sum(len(a) for a in alphabets) for *_, alphabets in slots)
     members_part = members if members > 1 else 0
     return private_chars * len(CHARSET) + read + team.rounds + 2 + members_part
 
@@ -207,16 +210,15 @@ class SymbolEnv(ParallelEnv):
         team, env, lay = self.team, self.env, self.layout[agent]
         private = env.instance.private[agent]
         parts = [one_hot(private, (CHARSET,) * lay.private_chars)]
-        for read_in, sender, rnd in lay.slots:
+        for read_in, sender, rnd, alphabets in lay.slots:
             text = env.message(sender, rnd) if read_in <= env.round else None
             present = np.array([0.0 if text is None else 1.0], np.float32)
-            parts += [present, one_hot(text or "", formats(team, sender, rnd))]
+            parts += [present, one_hot(text or "", alphabets)]
         parts.append(np.eye(team.rounds, dtype=np.float32)[min(env.round, team.rounds - 1)])
         parts.append(np.array([agent in env.scheduled,
                                team.is_final_call(agent, env.round)], np.float32))
-        members = sum(1 for a in team.agents if a.policy == team.agent(agent).policy)
-        if members > 1:
-            parts.append(np.eye(members, dtype=np.float32)[lay.member])
+        if lay.members > 1:
+            parts.append(np.eye(lay.members, dtype=np.float32)[lay.member])
         vec = np.concatenate(parts)
         return np.pad(vec, (0, lay.obs_size - len(vec)))
 
@@ -236,8 +238,7 @@ class SymbolEnv(ParallelEnv):
                                       team.prices[a], sum(received.values()), 0, sent,
                                       received))
         _, rewards, terms, truncs, team_infos = env.step(texts)
-        infos = {a: {**self._info(a), **{k: v for k, v in team_infos[a].items()
-                                        if k == "flags"}} for a in team_infos}
+        infos = {a: {**self._info(a), "flags": team_infos[a]["flags"]} for a in team_infos}
         if env.result is not None:
             rewards = self._finish(infos)
             obs = {a: np.zeros(self.layout[a].obs_size, np.float32) for a in infos}
@@ -274,12 +275,8 @@ class SymbolEnv(ParallelEnv):
         """The finished episode as ``marl run`` and ``marl train`` record it (transcript,
         result, instance data), with the symbol ledger."""
         if self.result is None:
-            raise MarlError("the episode is not over yet; record() needs a finished episode.")
-        env = self.env
-        return {**{k: v for k, v in self.result.items() if k != "cost_usd"},
-                "cost_usd": str(self.result["cost_usd"]), "group": group,
-                "private": dict(env.instance.private), "transcript": env.transcript,
-                "ledger": [r.to_json() for r in self.rows]}
+            raise MarlError("the episode is not over yet; a record needs a finished episode.")
+        return self.env.record(group, self.result, self.rows)
 
     def render(self) -> str:
         return self.env.render()

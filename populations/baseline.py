@@ -131,9 +131,9 @@ class EpisodeFigures(RLlibCallback):
         if metrics_logger is None or sub.finished is None:
             return
         # Sums, cleared at each iteration's reduce: the row divides them by the count.
-        for key in (*EPISODE_FIGURES, "episodes"):
-            metrics_logger.log_value(("figures", key), sub.finished.get(key, 1.0),
-                                     reduce="sum")
+        for key in EPISODE_FIGURES:
+            metrics_logger.log_value(("figures", key), sub.finished[key], reduce="sum")
+        metrics_logger.log_value(("figures", "episodes"), 1, reduce="sum")
 
 
 def algorithm_config(team: Team, cfg: BaselineConfig) -> PPOConfig:

@@ -83,18 +83,23 @@ def _counters(base: str) -> dict[str, float]:
     return out
 
 
-@pytest.mark.parametrize("api", ["chat", "completions"])
-def test_the_ledger_holds_what_the_server_billed(server, tmp_path, api):
+def _api_run(tmp_path, base_url: str, api: str = "chat", **settings):
+    """``marl run`` of 6 gather_star episodes with every policy on ``base_url``."""
     data = yaml.safe_load((ROOT / "scenarios" / "gather_star.yaml").read_text())
     data["policies"] = {name: {"backend": "openai", "model": "tiny", "api": api,
-                               "base_url": f"{server}/v1", "max_new_tokens": 6,
-                               "max_concurrency": 4}
+                               "base_url": base_url, "max_new_tokens": 6,
+                               "max_concurrency": 4, **settings}
                         for name in data["policies"]}
     scenario = tmp_path / "gather_api.yaml"
     scenario.write_text(yaml.safe_dump(data))
+    return CliRunner().invoke(app, ["run", str(scenario), "--episodes", "6", "--out",
+                                    str(tmp_path / "run")])
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_the_ledger_holds_what_the_server_billed(server, tmp_path, api):
     before = _counters(server)
-    res = CliRunner().invoke(app, ["run", str(scenario), "--episodes", "6", "--out",
-                                   str(tmp_path / "run")])
+    res = _api_run(tmp_path, f"{server}/v1", api)
     assert res.exit_code == 0, res.output
     after = _counters(server)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -163,16 +168,8 @@ def test_a_third_of_requests_rate_limited_still_plays_every_episode(server, tmp_
     server): retried, every episode played, and only what was served is billed."""
     proxy = _FaultProxy(server)
     try:
-        data = yaml.safe_load((ROOT / "scenarios" / "gather_star.yaml").read_text())
-        data["policies"] = {name: {"backend": "openai", "model": "tiny", "api": "chat",
-                                   "base_url": proxy.url, "max_new_tokens": 6,
-                                   "max_concurrency": 4, "max_retries": 4}
-                            for name in data["policies"]}
-        scenario = tmp_path / "gather_429.yaml"
-        scenario.write_text(yaml.safe_dump(data))
         before = _counters(server)
-        res = CliRunner().invoke(app, ["run", str(scenario), "--episodes", "6", "--out",
-                                       str(tmp_path / "run")])
+        res = _api_run(tmp_path, proxy.url, max_retries=4)
         after = _counters(server)
     finally:
         proxy.close()
