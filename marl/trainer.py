@@ -44,7 +44,7 @@ from pydantic import ValidationError
 
 from marl import seeds
 from marl.algorithms import learner_class
-from marl.algorithms.common import begin_rl, reference_weights
+from marl.algorithms.common import begin_rl, reference_weights, reset_reference
 from marl.algorithms.config import TrainConfig
 from marl.algorithms.warmup import Habits, warmup_step
 from marl.curriculum import stage_name, stage_teams, variant
@@ -95,6 +95,7 @@ class Trainer:
         self.warmed = 0  # warm-up steps done
         self.habits = Habits(cfg.seed)
         self.iteration = 0  # RL iterations done
+        self.reference_at = 0  # iteration at which the KL's reference was last set
         self.stage, self.stage_start = 0, 0
         self.bad_iterations = 0
         self.best: dict[str, Any] = {"eval_success_rate": -1.0, "iteration": None}
@@ -135,7 +136,7 @@ class Trainer:
             torch.save({"iteration": self.iteration, "warmed": self.warmed,
                         "habits": self.habits.table,
                         "stage": self.stage, "stage_start": self.stage_start,
-                        "learner": self.learner.state_dict(), "best": self.best,
+                        "reference_at": self.reference_at, "learner": self.learner.state_dict(), "best": self.best,
                         "wall": self._now(), "settings": self.changed,
                         "reference": reference_weights(self.learner.trainables)}, tmp / "state.pt")
 
@@ -159,6 +160,7 @@ class Trainer:
         self.iteration, self.warmed, self.best, self.wall = (
             state["iteration"], state["warmed"], state["best"], state["wall"])
         self.stage, self.stage_start = state["stage"], state["stage_start"]
+        self.reference_at = state.get("reference_at", 0)
         self.habits = Habits(self.cfg.seed, state["habits"])
         self.changed = {}
         self.set(**state.get("settings", {}))  # also points the learner at the stage's team
@@ -339,6 +341,16 @@ class Trainer:
             self._checkpoint()
         return row
 
+    def _maybe_reset_reference(self, success: float) -> None:
+        """A team evaluating at ``kl_reset_at`` or better, ``kl_reset_every`` iterations or
+        more after the reference was last set, is held where it is: the KL's reference
+        becomes the current policy."""
+        cfg = self.cfg
+        if (cfg.kl_reset_at is not None and success >= cfg.kl_reset_at
+                and self.iteration - self.reference_at >= cfg.kl_reset_every):
+            reset_reference(self.learner.trainables)
+            self.reference_at = self.iteration
+
     def _rl_step(self) -> dict[str, Any]:
         cfg = self.cfg
         start = time.perf_counter()
@@ -355,6 +367,7 @@ class Trainer:
             row.update(evaluated)
             atomic_write_jsonl(self.out / "episodes" / f"eval_{self.iteration:06d}.jsonl",
                                records)
+            self._maybe_reset_reference(row["eval_success_rate"])
         if cfg.transcripts_per_iter:
             atomic_write_jsonl(self.out / "episodes" / f"iter_{self.iteration:06d}.jsonl",
                                batch.records[: cfg.transcripts_per_iter])

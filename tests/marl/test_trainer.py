@@ -76,17 +76,34 @@ class AlwaysRight(SayDigit):
         return 1.0
 
 
+class AlwaysWrong(SayDigit):
+    """Every answer scores 0."""
+
+    id = "always_wrong_v0"
+
+    def score(self, instance, answer):
+        return 0.0
+
+
+def scored_team(monkeypatch, task: str = "always_right"):
+    """A one-agent team whose every answer scores 1 (always_right) or 0 (always_wrong)."""
+    cls = "AlwaysRight" if task == "always_right" else "AlwaysWrong"
+    monkeypatch.setitem(TASKS, f"{task}_v0", f"{__name__}:{cls}")
+    return load_team({"name": "flat", "task": {"name": f"{task}_v0"},
+                      "agents": [{"id": "a"}],
+                      "policies": {"default": {"backend": "tiny", "max_new_tokens": 2}},
+                      "topology": {"kind": "chain"}, "protocol": {"answer": "a"}})
+
+
 @pytest.mark.parametrize("regularize", [False, True])
 def test_a_solved_team_is_left_alone(tmp_path, monkeypatch, regularize):
     """When every rollout of every group succeeds there is no policy gradient: with
     regularize_solved false the policy does not move; with true (the default) the entropy
-    and KL terms alone move it (what knocked solved teams off their convention)."""
-    monkeypatch.setitem(TASKS, "always_right_v0", f"{__name__}:AlwaysRight")
-    team = load_team({"name": "flat", "task": {"name": "always_right_v0"},
-                      "agents": [{"id": "a"}],
-                      "policies": {"default": {"backend": "tiny", "max_new_tokens": 2}},
-                      "topology": {"kind": "chain"}, "protocol": {"answer": "a"}})
-    trainer = Trainer(team, small(iterations=2, regularize_solved=regularize), tmp_path)
+    and KL terms alone move it (what knocked solved teams off their convention). The bonus
+    lifts every token here: an untrained model is above any entropy target."""
+    team = scored_team(monkeypatch)
+    trainer = Trainer(team, small(iterations=2, regularize_solved=regularize,
+                                  entropy_target=None), tmp_path)
     before = [p.detach().clone() for p in trainer.policies["a"].parameters()]
     trainer.train()
     moved = any(not torch.equal(a, p) for a, p in zip(before, trainer.policies["a"].parameters(),
@@ -99,11 +116,7 @@ def test_the_entropy_bonus_only_lifts_tokens_below_its_target(tmp_path, monkeypa
     """No policy gradient (every rollout succeeds) and no KL: only the entropy bonus can move
     the policy. An untrained model's tokens are near uniform (about 4.6 nats): a target of
     0.5 leaves them alone, no target or one of 50 pushes them."""
-    monkeypatch.setitem(TASKS, "always_right_v0", f"{__name__}:AlwaysRight")
-    team = load_team({"name": "flat", "task": {"name": "always_right_v0"},
-                      "agents": [{"id": "a"}],
-                      "policies": {"default": {"backend": "tiny", "max_new_tokens": 2}},
-                      "topology": {"kind": "chain"}, "protocol": {"answer": "a"}})
+    team = scored_team(monkeypatch)
     cfg = small(iterations=1, kl_coef=0.0, entropy_target=target)
     trainer = Trainer(team, cfg, tmp_path)
     before = [p.detach().clone() for p in trainer.policies["a"].parameters()]
@@ -133,6 +146,46 @@ def test_kill_and_resume_equals_an_uninterrupted_run(toy, tmp_path):
     cfg = small(iterations=6, sft_coef=0.5, demo_episodes=2)
     full, again = kill_and_resume(toy, cfg, tmp_path, kill_at=4, resume_from=4)
     assert again == full and len(full) == 6
+
+
+def reference_is_policy(trainer: Trainer) -> bool:
+    t = trainer.learner.trainables[0]
+    return all(torch.equal(r, p) for r, p in zip(t.reference.model.parameters(),
+                                                 t.policy.parameters(), strict=True))
+
+
+@pytest.mark.parametrize(("task", "reset_at", "every", "resets"), [
+    ("always_right", 0.95, 1, {2, 4, 6, 7}),  # evaluated every 2 iterations and at the end
+    ("always_right", 0.95, 3, {4, 7}),  # at least 3 iterations apart, from the start of RL
+    ("always_right", None, 1, set()),
+    ("always_wrong", 0.95, 1, set()),
+])
+def test_the_kl_reference_becomes_the_policy_when_the_team_evaluates_well(
+        task, reset_at, every, resets, tmp_path, monkeypatch):
+    team = scored_team(monkeypatch, task)
+    # entropy bonus on every token, so that the policy moves without a policy gradient
+    cfg = small(iterations=7, eval_every=2, kl_reset_at=reset_at, kl_reset_every=every,
+                entropy_target=None)
+    trainer = Trainer(team, cfg, tmp_path)
+    same = {}
+
+    def check(row):
+        if row["phase"] == "rl":
+            same[row["iteration"]] = reference_is_policy(trainer)
+
+    trainer.train(progress=check)
+    assert {i for i, s in same.items() if s} == resets and len(same) == 7
+
+
+def test_kill_and_resume_keeps_a_reset_reference(tmp_path, monkeypatch):
+    """Resets at 3 and 6 (every evaluation succeeds, resets at least 3 apart). Killed at 5
+    and resumed from the checkpoint at 4, the run needs the reference of iteration 3 and
+    the iteration it was set at, or it would reset at 5."""
+    cfg = small(iterations=8, eval_every=1, checkpoint_every=2, kl_reset_at=0.5,
+                kl_reset_every=3, entropy_target=None)
+    full, again = kill_and_resume(scored_team(monkeypatch), cfg, tmp_path, kill_at=5,
+                                  resume_from=4)
+    assert again == full and len(full) == 8
 
 
 def test_existing_run_needs_resume(toy, tmp_path):
@@ -416,6 +469,7 @@ def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_
     (["warmup_source=none", "warmup_steps=10"], "no effect with warmup_source: none"),
     (["warmup_source=oracle", "warmup_prior=uniform"], "the oracle warm-up imitates"),
     (["warmup_prior=uniform", "habit_strength=0.5"], "applies to warmup_prior: habits"),
+    (["kl_coef=0", "kl_reset_at=0.9"], "kl_coef=0 switches that term off"),
 ])
 def test_settings_the_algorithm_ignores_are_rejected(sets, message):
     with pytest.raises(ConfigError, match=message):
