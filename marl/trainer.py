@@ -129,16 +129,18 @@ class Trainer:
     def save(self, path: Path) -> Path:
         """Write a checkpoint to the directory ``path`` (atomically): every trainable
         policy's weights (loadable by ``marl run --checkpoint``), the optimizers, the
-        counters, the KL reference and the settings changed by :meth:`set`."""
+        counters, the KL reference (and when it was set) and the settings changed by
+        :meth:`set`."""
         def write(tmp: Path) -> None:
             for t in self.learner.trainables:
                 t.policy.save(tmp / t.name)
             torch.save({"iteration": self.iteration, "warmed": self.warmed,
                         "habits": self.habits.table,
                         "stage": self.stage, "stage_start": self.stage_start,
-                        "reference_at": self.reference_at, "learner": self.learner.state_dict(), "best": self.best,
+                        "learner": self.learner.state_dict(), "best": self.best,
                         "wall": self._now(), "settings": self.changed,
-                        "reference": reference_weights(self.learner.trainables)}, tmp / "state.pt")
+                        "reference": reference_weights(self.learner.trainables),
+                        "reference_at": self.reference_at}, tmp / "state.pt")
 
         final = atomic_dir(path, write)
         self._last_checkpoint, self._saved_step = self._now(), self.step_count
