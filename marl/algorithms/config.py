@@ -60,21 +60,26 @@ class TrainConfig(BaseModel):
     clip_high: float = Field(0.28, ge=0, description="Ratio clip above 1 (clip-higher).")
     kl_coef: float = Field(0.1, ge=0, description="Exact KL(π || π_ref) over the vocabulary at "
                            "every generated token, to a reference: the policy RL started "
-                           "from (after the warm-up), renewed whenever the team evaluates at "
-                           "kl_reset_at or better. It keeps the format the warm-up taught "
+                           "from (after the warm-up), or, with kl_reset_at, renewed when "
+                           "the team evaluates well. It keeps the format the warm-up taught "
                            "and stops a policy from collapsing onto one message while it "
                            "explores.")
     kl_reset_at: float | None = Field(
-        0.95, gt=0, le=1, description="A team that evaluates at this success rate or better, "
+        None, gt=0, le=1, description="A team that evaluates at this success rate or better, "
         "kl_reset_every iterations or more after the KL term's reference was last set, is "
         "held where it is: the reference becomes the current policy (a reference reset, as "
-        "in ProRL, triggered by success). Until then the reference is the policy RL started "
-        "from. None: never.")
+        "in ProRL, triggered by success). None (default): the reference stays the policy RL "
+        "started from, whose pull towards each agent's warm-up habits can flip a solved "
+        "team's answers back to them. Measured on the main job over 1,200 iterations with "
+        "0.95 and entropy_target 0.3: seeds 0-2 on one thread each dipped below 0.95 in 0, "
+        "1 and 3 evaluations after solving (37 on seed 1 without it), but seed 0 on two "
+        "threads fell at iteration 460 and ended at 0.52 (without it: 37 evaluations below "
+        "0.95, ended at 1.0).")
     kl_reset_every: int = Field(
-        50, ge=1, description="Fewest iterations between two reference resets (and from the "
-        "start of RL to the first). A reference only a few iterations old no longer holds a "
-        "team anywhere: resetting at every evaluation let solved teams drift (signal: 0.47 "
-        "to 0.73 for the last 240 of 1,200 iterations on seed 0).")
+        50, ge=1, description="kl_reset_at: fewest iterations between two reference resets "
+        "(and from the start of RL to the first). A reference only a few iterations old no "
+        "longer holds a team anywhere: resetting at every good evaluation let solved teams "
+        "drift (signal seed 0: 0.47-0.73 for the last 240 of 1,200 iterations).")
     regularize_solved: bool = Field(
         True, description="magrpo, grpo: apply the KL and entropy terms to samples whose "
         "group succeeded in every rollout (no policy gradient left there). With false they "
@@ -88,10 +93,13 @@ class TrainConfig(BaseModel):
                                 "became certain of wrong answers (p = 1.0) and the team "
                                 "stayed at 0.73; with 0.05 it reached 1.0.")
     entropy_target: float | None = Field(
-        0.3, gt=0, description="The entropy bonus applies only to tokens whose entropy "
+        None, gt=0, description="The entropy bonus applies only to tokens whose entropy "
         "(nats, full vocabulary) is below this: a floor that keeps an agent exploring "
-        "without pushing a settled one towards ill-formed messages (which, once the KL's "
-        "reference follows the policy, nothing else would stop). None: every token.")
+        "without pushing a settled one towards ill-formed messages. None (default): every "
+        "token. Measured with 0.3 on the main job over 1,200 iterations, seeds 0-2: 20 "
+        "evaluations below 0.95 after solving instead of 40 or more, lowest 0.67 instead "
+        "of 0.44, but seed 2 (never below 0.95 without it) dipped 6 times; lewis with 8 "
+        "objects reached 1.0 after 520 iterations.")
     aggregation: Literal["token", "sequence"] = Field(
         "token", description="token: mean over all tokens; sequence: mean of per-sequence means.")
     sft_coef: float = Field(0.0, ge=0, description="L = L_RL + sft_coef * L_SFT on the task "
@@ -176,11 +184,14 @@ class TrainConfig(BaseModel):
             raise ValueError(f"{', '.join(group_only)} only apply to algorithms magrpo and "
                              "grpo (group baselines and counterfactual credit); ppo's critic "
                              "assigns credit. Remove them or choose magrpo or grpo.")
-        resets = sorted(changed & {"kl_reset_at", "kl_reset_every"})
-        if resets and self.kl_reset_at is not None and self.kl_coef == 0:
-            raise ValueError(f"{', '.join(resets)} reset the KL term's reference, and "
-                             "kl_coef=0 switches that term off; set kl_coef > 0 or drop "
-                             f"{' and '.join(resets)}.")
+        if "kl_reset_every" in changed and self.kl_reset_at is None:
+            raise ValueError(f"kl_reset_every={self.kl_reset_every} spaces the reference "
+                             "resets that kl_reset_at triggers, and kl_reset_at is null; set "
+                             "kl_reset_at (e.g. 0.95) or drop kl_reset_every.")
+        if self.kl_reset_at is not None and self.kl_coef == 0:
+            raise ValueError(f"kl_reset_at={self.kl_reset_at} resets the KL term's reference, "
+                             "and kl_coef=0 switches that term off; set kl_coef > 0 or drop "
+                             "kl_reset_at.")
         if self.demo_episodes and not self.sft_coef:
             raise ValueError(f"demo_episodes={self.demo_episodes} adds oracle-played "
                              "demonstrations to the SFT term, which sft_coef=0 switches off; "

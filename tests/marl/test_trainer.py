@@ -157,7 +157,7 @@ def reference_is_policy(trainer: Trainer) -> bool:
 @pytest.mark.parametrize(("task", "reset_at", "every", "resets"), [
     ("always_right", 0.95, 1, {2, 4, 6, 7}),  # evaluated every 2 iterations and at the end
     ("always_right", 0.95, 3, {4, 7}),  # at least 3 iterations apart, from the start of RL
-    ("always_right", None, 1, set()),
+    ("always_right", None, 50, set()),  # the default spacing; no resets without kl_reset_at
     ("always_wrong", 0.95, 1, set()),
 ])
 def test_the_kl_reference_becomes_the_policy_when_the_team_evaluates_well(
@@ -470,6 +470,7 @@ def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_
     (["warmup_source=oracle", "warmup_prior=uniform"], "the oracle warm-up imitates"),
     (["warmup_prior=uniform", "habit_strength=0.5"], "applies to warmup_prior: habits"),
     (["kl_coef=0", "kl_reset_at=0.9"], "kl_coef=0 switches that term off"),
+    (["kl_reset_every=10"], "kl_reset_at is null"),
 ])
 def test_settings_the_algorithm_ignores_are_rejected(sets, message):
     with pytest.raises(ConfigError, match=message):
