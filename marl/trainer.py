@@ -44,7 +44,7 @@ from pydantic import ValidationError
 
 from marl import seeds
 from marl.algorithms import learner_class
-from marl.algorithms.common import begin_rl, reference_weights, reset_reference
+from marl.algorithms.common import begin_rl, reference_weights
 from marl.algorithms.config import TrainConfig
 from marl.algorithms.warmup import Habits, warmup_step
 from marl.curriculum import stage_name, stage_teams, variant
@@ -57,12 +57,12 @@ from marl.io import (
     atomic_write_text,
     read_jsonl,
 )
-from marl.ledger import Ledger
 from marl.policies.api_settings import refuse_training
 from marl.rollout import EpisodeBatch, collect
 from marl.runner import build_policies
 from marl.scenario import problems_from
 from marl.team import Team
+from marl.train_rows import evaluation, iteration_figures
 
 #: Settings that may change between steps (:meth:`Trainer.set`), as populations mutate them.
 MUTABLE = ("lr", "entropy_coef", "clip_low", "clip_high", "temperature", "penalty_per_1k",
@@ -285,29 +285,8 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------
     def evaluate(self, sampled: bool = False) -> tuple[dict[str, Any], list[dict]]:
-        """Greedy play of ``eval_episodes`` held-out instances of every split of the task
-        (``eval_<split>_success_rate`` for splits other than ``train``); with ``sampled``
-        also the same instances sampled, as the training rows report them."""
-        row: dict[str, Any] = {}
-        records: list[dict] = []
-        seed = seeds.derive_seed(self.cfg.seed, seeds.EVAL)
-        for split in self.team.task.splits:
-            batch = collect(self.team, self.policies, self.cfg.eval_episodes, 1, seed=seed,
-                            greedy=True, split=split)
-            records += batch.records
-            key = "eval" if split == "train" else f"eval_{split}"
-            row[f"{key}_success_rate"] = float(batch.success.float().mean())
-            if split == "train":
-                row.update(batch.side_figures("eval_"))
-                row.update(eval_reward_mean=float(batch.reward.mean()),
-                           eval_format_valid_rate=batch.per_agent_rate(batch.valid),
-                           eval_oracle_agreement=batch.per_agent_rate(batch.oracle_agrees))
-        if sampled:
-            batch = collect(self.team, self.policies, self.cfg.eval_episodes, 1, seed=seed)
-            row.update(success_rate=float(batch.success.float().mean()),
-                       format_valid_rate=batch.per_agent_rate(batch.valid),
-                       oracle_agreement=batch.per_agent_rate(batch.oracle_agrees))
-        return row, records
+        """:func:`marl.train_rows.evaluation` of the team as it is now."""
+        return evaluation(self.team, self.policies, self.cfg, sampled)
 
     def step(self) -> dict[str, Any]:
         """One warm-up step or one RL iteration, logged and checkpointed."""
@@ -350,7 +329,8 @@ class Trainer:
         cfg = self.cfg
         if (cfg.kl_reset_at is not None and success >= cfg.kl_reset_at
                 and self.iteration - self.reference_at >= cfg.kl_reset_every):
-            reset_reference(self.learner.trainables)
+            # a reference reset (as in ProRL): the KL holds the policy near where it is now
+            begin_rl(self.learner.trainables, cfg, reset_optimizer=False)
             self.reference_at = self.iteration
 
     def _rl_step(self) -> dict[str, Any]:
@@ -418,34 +398,13 @@ class Trainer:
                      f"iteration {self.iteration}")
 
     def _row(self, batch: EpisodeBatch, stats: dict, seconds: float) -> dict[str, Any]:
-        n = len(batch.records)
-        tokens = batch.ledger["prompt"] + batch.ledger["completion"]  # (B, R, N)
-        cost = float(Ledger(batch.rows).cost()) / n
         engines = {a.policy: self.policies[a.id] for a in self.team.agents}
         engine_stats = {name: st for name, p in engines.items() if (st := p.stats())}
         return {"phase": "rl", "step": self.step_count, "iteration": self.iteration,
                 "stage": stage_name(self.cfg.curriculum, self.stage),
                 **({"engine": engine_stats} if engine_stats else {}),
-                "episodes": self.iteration * n,
-                "reward_mean": float(batch.reward.mean()),
-                "success_rate": float(batch.success.float().mean()),
-                "score_mean": float(batch.score.mean()),
-                "format_valid_rate": batch.per_agent_rate(batch.valid),
-                "oracle_agreement": batch.per_agent_rate(batch.oracle_agrees),
-                "tokens_per_episode": float(tokens.sum()) / n,
-                "completion_tokens_per_episode": float(batch.ledger["completion"].sum()) / n,
-                "cost_per_episode": cost,
-                "tokens_per_agent": {a: float(tokens[..., i].sum()) / n
-                                     for i, a in enumerate(batch.agents)},
-                **{k: stats.get(k, 0.0) for k in ("loss", "pg_loss", "sft_loss", "entropy",
-                                                  "kl", "grad_norm", "clip_frac")},
-                **{k: stats[k] for k in ("value_loss", "value_grad_norm") if k in stats},
-                **{k: stats.get(k, 0.0) for k in ("demo_tokens", "demo_cost_usd",
-                                                  "counterfactual_tokens",
-                                                  "counterfactual_cost_usd")},
-                "skipped_updates": stats.get("skipped", 0.0), "sft_coef": stats.get("sft_coef"),
-                "samples_per_s": int(batch.mask.any(-1).sum()) / seconds,
-                **batch.side_figures("")}
+                "episodes": self.iteration * len(batch.records),
+                **iteration_figures(batch, stats, seconds)}
 
     def train(self, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         cfg = self.cfg

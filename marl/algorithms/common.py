@@ -79,20 +79,6 @@ def begin_rl(trainables: list[Trainable], cfg: TrainConfig,
         t.reference.model.requires_grad_(False)
 
 
-def reset_reference(trainables: list[Trainable]) -> None:
-    """The KL term's reference becomes each policy as it is now (a reference reset, as in
-    ProRL): the KL then holds a policy near this point instead of pulling it back towards
-    the habits it had when RL started."""
-    for t in trainables:
-        if t.reference is None:
-            continue
-        pairs = zip(t.reference.model.parameters(), t.policy.module.parameters(), strict=True)
-        with torch.no_grad():
-            for p, q in pairs:
-                if q.requires_grad:
-                    p.copy_(q)
-
-
 def reference_weights(trainables: list[Trainable]) -> dict[str, list[torch.Tensor]]:
     """The KL term's frozen reference of each trainable policy, in ``parameters()`` order
     (what :func:`begin_rl` takes back; empty before RL or without a KL term)."""

@@ -1,0 +1,67 @@
+"""What the trainer's metrics rows report: the figures of an iteration's batch, and an
+evaluation of the team (greedy, on held-out instances of every split of its task)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marl import seeds
+from marl.algorithms.config import TrainConfig
+from marl.ledger import Ledger
+from marl.rollout import EpisodeBatch, collect
+from marl.team import Team
+
+
+def evaluation(team: Team, policies: dict, cfg: TrainConfig,
+               sampled: bool = False) -> tuple[dict[str, Any], list[dict]]:
+    """Greedy play of ``eval_episodes`` held-out instances of every split of the task
+    (``eval_<split>_success_rate`` for splits other than ``train``); with ``sampled``
+    also the same instances sampled, as the training rows report them. Returns the row's
+    figures and every episode's record."""
+    row: dict[str, Any] = {}
+    records: list[dict] = []
+    seed = seeds.derive_seed(cfg.seed, seeds.EVAL)
+    for split in team.task.splits:
+        batch = collect(team, policies, cfg.eval_episodes, 1, seed=seed, greedy=True,
+                        split=split)
+        records += batch.records
+        key = "eval" if split == "train" else f"eval_{split}"
+        row[f"{key}_success_rate"] = float(batch.success.float().mean())
+        if split == "train":
+            row.update(batch.side_figures("eval_"))
+            row.update(eval_reward_mean=float(batch.reward.mean()),
+                       eval_format_valid_rate=batch.per_agent_rate(batch.valid),
+                       eval_oracle_agreement=batch.per_agent_rate(batch.oracle_agrees))
+    if sampled:
+        batch = collect(team, policies, cfg.eval_episodes, 1, seed=seed)
+        row.update(success_rate=float(batch.success.float().mean()),
+                   format_valid_rate=batch.per_agent_rate(batch.valid),
+                   oracle_agreement=batch.per_agent_rate(batch.oracle_agrees))
+    return row, records
+
+
+def iteration_figures(batch: EpisodeBatch, stats: dict, seconds: float) -> dict[str, Any]:
+    """Reward, success, format, tokens and cost per episode of a training batch, the
+    update's ``stats`` (losses, gradient norm, the tokens of rollouts made inside it) and
+    the samples per second of an iteration that took ``seconds``."""
+    n = len(batch.records)
+    tokens = batch.ledger["prompt"] + batch.ledger["completion"]  # (B, R, N)
+    return {"reward_mean": float(batch.reward.mean()),
+            "success_rate": float(batch.success.float().mean()),
+            "score_mean": float(batch.score.mean()),
+            "format_valid_rate": batch.per_agent_rate(batch.valid),
+            "oracle_agreement": batch.per_agent_rate(batch.oracle_agrees),
+            "tokens_per_episode": float(tokens.sum()) / n,
+            "completion_tokens_per_episode": float(batch.ledger["completion"].sum()) / n,
+            "cost_per_episode": float(Ledger(batch.rows).cost()) / n,
+            "tokens_per_agent": {a: float(tokens[..., i].sum()) / n
+                                 for i, a in enumerate(batch.agents)},
+            **{k: stats.get(k, 0.0) for k in ("loss", "pg_loss", "sft_loss", "entropy", "kl",
+                                              "grad_norm", "clip_frac")},
+            **{k: stats[k] for k in ("value_loss", "value_grad_norm") if k in stats},
+            **{k: stats.get(k, 0.0) for k in ("demo_tokens", "demo_cost_usd",
+                                              "counterfactual_tokens",
+                                              "counterfactual_cost_usd")},
+            "skipped_updates": stats.get("skipped", 0.0), "sft_coef": stats.get("sft_coef"),
+            "samples_per_s": int(batch.mask.any(-1).sum()) / seconds,
+            **batch.side_figures("")}
