@@ -90,6 +90,7 @@ class TinyLM(nn.Module):
         for block in self.blocks:  # GPT-2 style: shrink residual projections with depth
             for lin in (block.proj, block.down):
                 nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        nn.init.normal_(self.embed.weight, std=cfg.embed_std)
 
     @staticmethod
     def _init(m: nn.Module) -> None:
