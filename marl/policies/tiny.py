@@ -86,15 +86,16 @@ class TinyLM(nn.Module):
         self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.n_embd, cfg.vocab_size,
                                                               bias=False)
-        self.apply(self._init)
+        self.apply(lambda m: self._init(m, cfg.embed_std))
         for block in self.blocks:  # GPT-2 style: shrink residual projections with depth
             for lin in (block.proj, block.down):
                 nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * cfg.n_layer))
-        nn.init.normal_(self.embed.weight, std=cfg.embed_std)
 
     @staticmethod
-    def _init(m: nn.Module) -> None:
-        if isinstance(m, (nn.Linear, nn.Embedding)):
+    def _init(m: nn.Module, embed_std: float) -> None:
+        if isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=embed_std)
+        elif isinstance(m, nn.Linear):
             nn.init.normal_(m.weight, std=0.02)
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, *,

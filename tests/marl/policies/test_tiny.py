@@ -32,6 +32,17 @@ def test_presets():
         TinyConfig(n_embd=64, n_head=5)
 
 
+@pytest.mark.parametrize("std", [None, 0.2])
+def test_token_embeddings_start_at_embed_std(tmp_path, std):
+    """A preset file sets the embeddings' initial scale; the default is GPT-2's 0.02."""
+    preset = tmp_path / "p.yaml"
+    preset.write_text("n_embd: 128\n" + (f"embed_std: {std}\n" if std else ""))
+    torch.manual_seed(0)
+    model = TinyLM(TinyConfig.from_preset(str(preset)))
+    assert float(model.embed.weight.std()) == pytest.approx(std or 0.02, rel=0.05)
+    assert float(model.head.weight.std()) == pytest.approx(0.02, rel=0.05)
+
+
 def test_left_padding_does_not_change_logits(lm):
     ps = prompts()
     ids, mask = left_pad(ps, TOK.pad_id)
