@@ -12,6 +12,11 @@ then MAGRPO with no oracle term):
     python benchmarks/train.py gather            # gather_star, best eval within 20 min
                                                  # (--demo-episodes 64: with the oracle's
                                                  # demonstrations, labelled as such)
+    python benchmarks/train.py stability         # does a solved team stay solved? per seed
+                                                 # (--seeds), --iterations (1200) on signal
+                                                 # (--scenario), with --set key=value and
+                                                 # --preset FILE: when it was solved, its
+                                                 # evaluations below 0.95 after, the lowest
 
 Other figures:
 
@@ -50,15 +55,16 @@ from marl.trainer import Trainer
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def train(scenario: str | dict, out: Path, **overrides) -> tuple[Trainer, dict]:
+def train(scenario: str | dict, out: Path, report: bool = True,
+          **overrides) -> tuple[Trainer, dict]:
     """Train a scenario file of ``scenarios/`` (or scenario data) with overrides of the
-    default config, printing each evaluation."""
+    default config, printing each evaluation (with ``report``)."""
     team = load_team(ROOT / "scenarios" / scenario if isinstance(scenario, str) else scenario)
     cfg = TrainConfig(**overrides)
     if cfg.uses_oracle:
         print("  (this run uses the task oracle's demonstrations: imitation, not discovery)")
-    trainer = Trainer(team, cfg, out)
-    summary = trainer.train(progress=progress)
+    trainer = Trainer(team, cfg, out, **({} if report else {"log": lambda msg: None}))
+    summary = trainer.train(progress=progress if report else None)
     return trainer, summary
 
 
@@ -116,6 +122,34 @@ def signal_seeds(out: Path, seeds: list[int], budget: float) -> None:
     when discovered)."""
     for seed in seeds:
         target_run("signal.yaml", 0.95, budget, out / f"signal_s{seed}", seed=seed)
+
+
+def stability(out: Path, scenario: str, seeds: list[int], iterations: int, sets: list[str],
+              preset: str | None) -> None:
+    """Train each seed for ``iterations`` (no early stop) and print when the team first
+    evaluated at 0.95 or better, how many later evaluations fell below 0.95 (dips), the
+    lowest of them and the last evaluation."""
+    data = yaml.safe_load((ROOT / "scenarios" / scenario).read_text())
+    for spec in data["policies"].values():
+        if preset is not None:
+            spec["preset"] = preset
+    base = load_config(sets=sets).model_dump()
+    print(f"{scenario}, {iterations} iterations per seed" + (f", {' '.join(sets)}" if sets
+                                                               else "")
+          + (f", preset {preset}" if preset else ""))
+    print(f"{'seed':>5} {'solved at':>10} {'dips':>5} {'lowest':>7} {'last':>6} {'seconds':>8}")
+    for seed in seeds:
+        trainer, _ = train(data, out / f"s{seed}", **{**base, "seed": seed,
+                                                        "iterations": iterations},
+                           report=False)
+        evals = [(r["iteration"], r["eval_success_rate"]) for r in trainer.rows
+                 if r["phase"] == "rl" and "eval_success_rate" in r]
+        solved = next((i for i, rate in evals if rate >= 0.95), None)
+        after = [rate for i, rate in evals if solved is not None and i > solved]
+        lowest = f"{min(after):7.3f}" if after else f"{'-':>7}"
+        print(f"{seed:5d} {solved if solved is not None else '-':>10} "
+              f"{sum(rate < 0.95 for rate in after):5d} {lowest} {evals[-1][1]:6.3f} "
+              f"{trainer.rows[-1]['wall_s']:8.0f}", flush=True)
 
 
 def scenario_with(name: str, **task_params) -> dict:
@@ -275,14 +309,22 @@ def compare(out: Path, budget: float, scenario: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("which", choices=["signal", "lewis8", "ref", "relay", "gather",
-                                          "throughput", "penalty", "compare"])
-    parser.add_argument("--seeds", default="0,1,2", help="signal: comma-separated seeds")
+                                          "stability", "throughput", "penalty", "compare"])
+    parser.add_argument("--seeds", default="0,1,2",
+                        help="signal, stability: comma-separated seeds")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--budget", type=float, default=None, help="seconds per run")
-    parser.add_argument("--scenario", default="relay_chain.yaml",
-                        help="compare: scenario file in scenarios/")
+    parser.add_argument("--scenario", default=None,
+                        help="compare (default relay_chain.yaml), stability (default "
+                             "signal.yaml): scenario file in scenarios/")
     parser.add_argument("--iterations", type=int, default=None,
-                        help="penalty: iterations per run (default 400)")
+                        help="penalty: iterations per run (default 400); stability: per "
+                             "seed (default 1200)")
+    parser.add_argument("--set", dest="sets", action="append", default=[],
+                        metavar="KEY=VALUE", help="stability: a training setting, repeatable")
+    parser.add_argument("--preset", default=None,
+                        help="stability: the model preset of every tiny policy (a name or "
+                             "a YAML file)")
     parser.add_argument("--per-1k", type=float, default=1.0,
                         help="penalty: penalty_per_1k of the penalised run")
     parser.add_argument("--demo-episodes", type=int, default=0,
@@ -312,10 +354,13 @@ def main() -> None:
     elif args.which == "gather":
         demos = dict(sft_coef=1.0, demo_episodes=args.demo_episodes) if args.demo_episodes else {}
         target_run("gather_star.yaml", 0.9, args.budget or 1200, out / "gather", **demos)
+    elif args.which == "stability":
+        stability(out, args.scenario or "signal.yaml", [int(s) for s in args.seeds.split(",")],
+                  args.iterations or 1200, args.sets, args.preset)
     elif args.which == "penalty":
         penalty(out, args.iterations or 400, args.per_1k)
     else:
-        compare(out, args.budget or 180, args.scenario)
+        compare(out, args.budget or 180, args.scenario or "relay_chain.yaml")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ class TinyConfig:
         if self.n_embd % self.n_head or (self.n_embd // self.n_head) % 2:
             raise MarlError(f"n_embd={self.n_embd} must split into n_head={self.n_head} heads "
                             "of even width; choose e.g. n_embd=64, n_head=4.")
+        if not self.embed_std > 0:
+            raise MarlError(f"embed_std={self.embed_std} must be > 0 (zero would give every "
+                            "token the same embedding); GPT-2's 0.02 is the default.")
         if self.mlp not in ("gelu", "swiglu"):
             raise MarlError(f"mlp={self.mlp!r}: choose 'gelu' or 'swiglu'.")
 

@@ -30,6 +30,8 @@ def test_presets():
         TinyConfig.from_preset("huge")
     with pytest.raises(MarlError, match="n_head"):
         TinyConfig(n_embd=64, n_head=5)
+    with pytest.raises(MarlError, match="embed_std=0.0 must be > 0"):
+        TinyConfig(embed_std=0.0)
 
 
 @pytest.mark.parametrize("std", [None, 0.2])
