@@ -130,9 +130,10 @@ def stability(out: Path, scenario: str, seeds: list[int], iterations: int, sets:
     evaluated at 0.95 or better, how many later evaluations fell below 0.95 (dips), the
     lowest of them and the last evaluation."""
     data = yaml.safe_load((ROOT / "scenarios" / scenario).read_text())
-    for spec in data["policies"].values():
-        if preset is not None:
-            spec["preset"] = preset
+    if preset is not None:
+        for spec in data["policies"].values():
+            if spec.get("backend", "tiny") == "tiny":
+                spec["preset"] = preset
     base = load_config(sets=sets).model_dump()
     print(f"{scenario}, {iterations} iterations per seed" + (f", {' '.join(sets)}" if sets
                                                                else "")
