@@ -63,7 +63,7 @@ def train(scenario: str | dict, out: Path, report: bool = True,
     cfg = TrainConfig(**overrides)
     if cfg.uses_oracle:
         print("  (this run uses the task oracle's demonstrations: imitation, not discovery)")
-    trainer = Trainer(team, cfg, out, **({} if report else {"log": lambda msg: None}))
+    trainer = Trainer(team, cfg, out, log=None if report else (lambda msg: None))
     summary = trainer.train(progress=progress if report else None)
     return trainer, summary
 
@@ -135,9 +135,8 @@ def stability(out: Path, scenario: str, seeds: list[int], iterations: int, sets:
             if spec.get("backend", "tiny") == "tiny":
                 spec["preset"] = preset
     base = load_config(sets=sets).model_dump()
-    print(f"{scenario}, {iterations} iterations per seed" + (f", {' '.join(sets)}" if sets
-                                                               else "")
-          + (f", preset {preset}" if preset else ""))
+    settings = [*sets, *([f"preset {preset}"] if preset else [])]
+    print(", ".join([scenario, f"{iterations} iterations per seed", *settings]))
     print(f"{'seed':>5} {'solved at':>10} {'dips':>5} {'lowest':>7} {'last':>6} {'seconds':>8}")
     for seed in seeds:
         trainer, _ = train(data, out / f"s{seed}", **{**base, "seed": seed,
