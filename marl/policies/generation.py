@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from marl.policies.kv_reuse import KVStore, Reuse, Stored
+from marl.policies.kv_reuse import KVStore, Reuse, Stored, stem_length
 
 
 class CausalLM(Protocol):
@@ -133,8 +133,10 @@ def generate(model: CausalLM, prompts: Sequence[Sequence[int]], s: Sampling, *, 
     """Sample up to ``s.max_new_tokens`` tokens for every prompt, in one batch.
 
     Each distinct prompt is prefilled once and its cache shared by every row that repeats
-    it (the G rollouts of a group start from the same prompt). Given a ``store``, prompts
-    start from the K/V of earlier calls kept there, and this call's cache is added to it.
+    it (the G rollouts of a group start from the same prompt); a long stem that all the
+    prompts share (the G listener prompts of a group differ only in the message they
+    read) is prefilled once. Given a ``store``, prompts start from the K/V of earlier calls
+    kept there, and this call's cache is added to it.
     """
     b, steps = len(prompts), s.max_new_tokens
     distinct: dict[tuple[int, ...], int] = {}
@@ -178,21 +180,47 @@ def _start(model: CausalLM, prompts: list[tuple[int, ...]], steps: int, pad_id: 
            store: KVStore | None) -> tuple[torch.Tensor, torch.Tensor, Any, int, int]:
     """Logits of each prompt's last position ``(B, V)``, the left-padded mask ``(B, W)``
     and a cache with room for ``steps`` more positions; plus the positions run and the
-    tokens reused. Starts from ``store`` when that runs fewer positions than a prefill."""
+    tokens reused from ``store``. Starts from ``store`` when that runs fewer positions than
+    a prefill, else from the prompts' common stem when that pays (:func:`_stem`)."""
     plan = store.plan(prompts, model.device) if store is not None else None
+    stem = 0
+    if plan is None:
+        plan, stem = _stem(model.prefill, prompts, pad_id, model.device)
     cache = model.gather(plan[0], plan[1] + steps) if plan is not None else None
     if cache is None:
         ids, mask = left_pad(prompts, pad_id, model.device)
         logits, cache = model.prefill(ids, mask, steps)
-        return logits, mask, cache, ids.numel(), 0
-    reuse, suffix = plan
-    ids, new = left_pad([p[k:] for p, k in zip(prompts, reuse.length, strict=True)], pad_id,
-                        model.device)
-    cols = torch.arange(reuse.width, device=model.device)
-    old = cols >= reuse.width - torch.tensor(reuse.length, device=model.device)[:, None]
-    mask = torch.cat([old, new], dim=1)  # (B, width + suffix): left-padded, no holes
+        return logits, mask, cache, stem + ids.numel(), 0
+    ids, mask = _rest(prompts, *plan, pad_id, model.device)
     logits, cache = model.decode(ids, mask, cache)
-    return logits, mask, cache, ids.numel(), sum(reuse.length)
+    return logits, mask, cache, stem + ids.numel(), 0 if stem else sum(plan[0].length)
+
+
+def _stem(run: Callable[..., tuple[torch.Tensor, Any]], prompts: list[tuple[int, ...]],
+          pad_id: int, device: torch.device) -> tuple[tuple[Reuse, int] | None, int]:
+    """Run the prompts' common stem once, when that pays (:func:`stem_length`), with
+    ``run`` (a model's ``prefill`` or ``prefix``); return how the prompts reuse its K/V (as
+    :meth:`KVStore.plan`) and the stem's length, or ``(None, 0)``."""
+    n = stem_length(prompts)
+    if n == 0:
+        return None, 0
+    stem = prompts[0][:n]
+    ids = torch.tensor([stem], dtype=torch.long, device=device)
+    _, cache = run(ids, torch.ones_like(ids, dtype=torch.bool), 0)
+    store = KVStore(keep=1, version=0)
+    store.add(Stored(cache, [stem], [0]))
+    return store.plan(prompts, device), n
+
+
+def _rest(prompts: Sequence[tuple[int, ...]], reuse: Reuse, suffix: int, pad_id: int,
+          device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``suffix`` last tokens of every prompt ``(B, S)``, and the mask ``(B, W + S)``
+    over the reused columns (right-aligned) and those tokens: left-padded, no holes."""
+    ids, new = left_pad([p[k:] for p, k in zip(prompts, reuse.length, strict=True)], pad_id,
+                        device)
+    cols = torch.arange(reuse.width, device=device)
+    old = cols >= reuse.width - torch.tensor(reuse.length, device=device)[:, None]
+    return ids, torch.cat([old, new], dim=1)
 
 
 def _stored(cache: Any, prompts: Sequence[Sequence[int]], tokens: torch.Tensor,
@@ -225,8 +253,9 @@ def score(model: CausalLM, prompts: Sequence[Sequence[int]],
     ``(B, L)`` (differentiable in π; the reference runs without gradients). Uses the same
     temperature convention as :func:`generate`.
 
-    Rows that repeat a prompt share its forward pass: the distinct prompts run once, and
-    every completion continues from its prompt's (differentiable) cache.
+    Rows that repeat a prompt share its forward pass: the distinct prompts run once (a
+    stem they all share, once, when that pays), and every completion continues from its
+    prompt's (differentiable) cache.
     """
     logall, targets = _log_dist(model, prompts, completions, pad_id, temperature)
     out_mask = torch.arange(targets.shape[1], device=logall.device) < torch.tensor(
@@ -251,8 +280,14 @@ def _log_dist(model: CausalLM, prompts: Sequence[Sequence[int]],
     n = max(len(c) for c in completions)
     distinct: dict[tuple[int, ...], int] = {}
     rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-    if n == 0 or len(distinct) == len(rows):
+    stem = stem_length(list(distinct)) if n else 0
+    if n == 0 or (len(distinct) == len(rows) and not stem):
         logits, targets = _logits_whole(model, prompts, completions, pad_id, n)
+    elif stem and 2 * len(distinct) > len(rows):
+        # Most rows have a prompt of their own (a listener's G prompts differ in the message
+        # read): the stem runs once, then every row its rest and completion.
+        logits, targets = _logits_after_stem(model, [tuple(p) for p in prompts], completions,
+                                             pad_id, n)
     else:
         logits, targets = _logits_shared(model, list(distinct), rows, completions, pad_id, n)
     logits = logits.float()
@@ -288,11 +323,7 @@ def _logits_shared(model: CausalLM, distinct: list[tuple[int, ...]], rows: list[
     last, cache = model.prefix(ids, mask, n)
     index = torch.tensor(rows, device=model.device)
     cache = model.expand(cache, index)
-    targets = torch.full((len(rows), n), pad_id, dtype=torch.long, device=model.device)
-    for i, c in enumerate(completions):
-        targets[i, : len(c)] = torch.as_tensor(list(c), dtype=torch.long)
-    filled = torch.arange(n, device=model.device) < torch.tensor(
-        [len(c) for c in completions], device=model.device)[:, None]
+    targets, filled = _targets(completions, pad_id, n, model.device)
     first = last[index][:, None]  # (B, 1, V): predicts each completion's first token
     if n == 1:
         return first, targets
@@ -301,3 +332,29 @@ def _logits_shared(model: CausalLM, distinct: list[tuple[int, ...]], rows: list[
     after, _ = model.extend(targets[:, :-1], torch.cat([mask[index], filled[:, :-1]], 1),
                             cache)
     return torch.cat([first, after], 1), targets
+
+
+def _logits_after_stem(model: CausalLM, prompts: list[tuple[int, ...]],
+                       completions: Sequence[Sequence[int]], pad_id: int,
+                       n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """As :func:`_logits_whole`, running the prompts' common stem once (:func:`_stem`),
+    then, in one pass, every row's ``S`` last prompt tokens and its completion."""
+    plan, _ = _stem(model.prefix, prompts, pad_id, model.device)
+    cache = model.gather(plan[0], plan[1] + n) if plan is not None else None
+    if cache is None:
+        return _logits_whole(model, prompts, completions, pad_id, n)
+    rest, mask = _rest(prompts, *plan, pad_id, model.device)  # (B, S)
+    targets, filled = _targets(completions, pad_id, n, model.device)
+    ids = torch.cat([rest, targets[:, :-1]], 1)
+    logits, _ = model.extend(ids, torch.cat([mask, filled[:, :-1]], 1), cache)
+    return logits[:, rest.shape[1] - 1 :], targets
+
+
+def _targets(completions: Sequence[Sequence[int]], pad_id: int, n: int,
+             device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The completions right-padded to ``n`` ``(B, n)``, and which tokens are real."""
+    targets = torch.tensor([list(c) + [pad_id] * (n - len(c)) for c in completions],
+                           dtype=torch.long, device=device)
+    filled = torch.arange(n, device=device) < torch.tensor(
+        [len(c) for c in completions], device=device)[:, None]
+    return targets, filled

@@ -73,6 +73,8 @@ class HFCausalLM:
         # Generation on the engine's own implementation when the architecture allows it
         # (see marl.policies.fast_llama); scoring always runs the transformers model.
         self.twin = _fast_twin(model) if fast else None
+        # The twin behind the CausalLM protocol, built once (building moves it to a device).
+        self._fast = TinyCausalLM(self.twin.model, self.device) if self.twin else None
         params = inspect.signature(_unwrap(model).forward).parameters
         # transformers 5.x renamed `past_key_values` to `cache` (inputs and outputs);
         # older models and remote code still take the old name.
@@ -83,8 +85,8 @@ class HFCausalLM:
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor,
                 max_new_tokens: int) -> tuple[torch.Tensor, Any]:
         if self.twin is not None:
-            return TinyCausalLM(self.twin.current(), self.device).prefill(ids, mask,
-                                                                          max_new_tokens)
+            self.twin.current()  # re-synced if the weights changed
+            return self._fast.prefill(ids, mask, max_new_tokens)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
                          use_cache=True, return_dict=True, **self._last_only)
         return out.logits[:, -1], out[self._cache_kw]
@@ -93,14 +95,14 @@ class HFCausalLM:
         # Sampling's caches come from the fast twin when there is one; scoring's (from
         # `prefix`) always from the transformers model.
         if not hasattr(cache, "reorder_cache"):
-            return TinyCausalLM(self.twin.model, self.device).expand(cache, index)
+            return self._fast.expand(cache, index)
         cache.reorder_cache(index)  # index_select along the batch, in place
         return cache
 
     def decode(self, ids: torch.Tensor, mask: torch.Tensor,
                cache: Any) -> tuple[torch.Tensor, Any]:
         if self.twin is not None:
-            return TinyCausalLM(self.twin.model, self.device).decode(ids, mask, cache)
+            return self._fast.decode(ids, mask, cache)
         pos = _positions(mask)[:, -ids.shape[1]:]
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
                          use_cache=True, return_dict=True, **{self._cache_kw: cache},
@@ -108,8 +110,10 @@ class HFCausalLM:
         return out.logits[:, -1], out[self._cache_kw]
 
     def gather(self, reuse: Reuse, room: int) -> Any | None:
-        if self.twin is not None:
-            return TinyCausalLM(self.twin.current(), self.device).gather(reuse, room)
+        # As in `expand`: the twin's caches (sampling) or the transformers model's (scoring).
+        if not hasattr(reuse.caches[0], "layers"):
+            self.twin.current()  # the decode that follows runs the current weights
+            return self._fast.gather(reuse, room)
         from transformers.cache_utils import DynamicCache, DynamicLayer
 
         # Only full-attention layers keep every column (sliding windows drop old ones).
@@ -167,6 +171,7 @@ class HFTokenizer:
         pieces = tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
         self.max_token_chars = max(1, *(len(p) for p in pieces if p))
         self._memo: dict[str, tuple[int, ...]] = {}
+        self._backend = _plain_backend(tokenizer)
 
     #: Texts whose ids are remembered: the environment counts the same prompts, histories
     #: and messages again and again (the G rollouts of an instance share their prompts).
@@ -175,7 +180,9 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         ids = self._memo.get(text)
         if ids is None:
-            ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+            ids = tuple(self._backend.encode(text, add_special_tokens=False).ids
+                        if self._backend is not None
+                        else self.tokenizer.encode(text, add_special_tokens=False))
             if len(self._memo) >= self.MEMO:
                 self._memo.pop(next(iter(self._memo)))  # the oldest entry
             self._memo[text] = ids
@@ -202,6 +209,20 @@ class HFTokenizer:
             return self.encode(self.render(observation))
         bos = [] if self.bos_id is None else [self.bos_id]
         return bos + self.encode(observation)
+
+
+def _plain_backend(tokenizer: PreTrainedTokenizerBase) -> Any | None:
+    """A fast tokenizer's Rust ``tokenizers.Tokenizer``, copied with truncation and padding
+    off: ``encode(text, add_special_tokens=False).ids`` then gives what transformers'
+    ``encode`` gives (which sets the same before calling it), ~10x faster. None for a
+    slow (Python) tokenizer."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    backend = copy.deepcopy(backend)
+    backend.no_truncation()
+    backend.no_padding()
+    return backend
 
 
 def _fast_twin(model: torch.nn.Module) -> LlamaTwin | None:

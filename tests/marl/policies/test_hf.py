@@ -57,17 +57,40 @@ def test_remembered_ids_equal_the_tokenizers_and_cannot_be_corrupted(tiny_dir, m
     _, tok = load_hf(tiny_dir)
     monkeypatch.setattr(type(tok), "MEMO", 3)
     calls = []
-    real = tok.tokenizer.encode
-    monkeypatch.setattr(tok.tokenizer, "encode",
-                        lambda text, **kw: calls.append(text) or real(text, **kw))
+    backend = tok._backend
+
+    class Counting:  # the Rust tokenizer's methods cannot be patched
+        def encode(self, text, **kw):
+            calls.append(text)
+            return backend.encode(text, **kw)
+
+    monkeypatch.setattr(tok, "_backend", Counting())
     first = tok.encode("hello")
     first.append(99)  # a caller's edit must not reach the memo
-    assert tok.encode("hello") == real("hello", add_special_tokens=False)
+    assert tok.encode("hello") == tok.tokenizer.encode("hello", add_special_tokens=False)
     assert calls == ["hello"]  # the second call was remembered
     for text in ("a", "b", "c"):  # "hello" is the oldest of four: forgotten
         tok.encode(text)
     tok.encode("hello")
     assert calls == ["hello", "a", "b", "c", "hello"] and len(tok._memo) == 3
+
+
+def test_encode_gives_transformers_ids_even_when_the_backend_truncates(tiny_dir):
+    from transformers import AutoTokenizer
+
+    from marl.policies.hf import HFTokenizer
+
+    hf_tok = AutoTokenizer.from_pretrained(tiny_dir)
+    hf_tok.backend_tokenizer.enable_truncation(max_length=4)  # e.g. from a tokenizer.json
+    hf_tok.backend_tokenizer.enable_padding(length=64)
+    tok = HFTokenizer(hf_tok)
+    for text in [*OBSERVATIONS, "<bos>hi<eos> é\t", ""]:
+        ids = tok.encode(text)
+        assert ids == hf_tok.encode(text, add_special_tokens=False), text
+        assert len(ids) > 4 or len(text) <= 4
+    slow = HFTokenizer(hf_tok)
+    slow._backend, slow._memo = None, {}  # the path a slow (Python) tokenizer takes
+    assert slow.encode(OBSERVATIONS[0]) == tok.encode(OBSERVATIONS[0])
 
 
 def test_prompt_without_chat_template_starts_with_bos(loaded):
