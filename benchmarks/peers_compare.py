@@ -10,8 +10,8 @@ Create it once (``torch==2.13.0`` pinned: a bare ``torch`` may pull a multi-GB C
 
 then, from the project's environment::
 
-    python benchmarks/peers_compare.py [--peer-python /tmp/peers/bin/python] [--steps 3]
-                                       [--threads 2]
+    python benchmarks/peers_compare.py [--peer-python /tmp/peers/bin/python] [--steps 6]
+                                       [--rounds 3] [--threads 2]
 
 ``--threads`` applies to every side. On a 2-core machine that other work keeps busy, use
 ``--threads 1``: two threads then wait on each other (5x slower here, unevenly per side).
@@ -30,13 +30,16 @@ most 8 new tokens per prompt, sampled at temperature 1 with no stop string:
 A completion is one agent call: one prompt in, at most 8 tokens out. Prompts are the
 observations marl's own step reads (~89 tokens on average). Each side runs one untimed
 warm-up step, then ``--steps`` timed steps; ``benchmarks/peers.py`` (run under the peer
-python) prints one JSON line per peer.
+python) prints one JSON line per peer. The sides run one after another, so a slow spell
+of a shared machine lands on one of them: ``--rounds`` repeats the three, each round
+prints its ratios, and the last line gives the median ratio over the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -106,7 +109,8 @@ def peer_side(python: Path, peer: str, model: Path, prompts: Path, steps: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer-python", type=Path, default=Path("/tmp/peers/bin/python"))
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per side")
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per side")
+    parser.add_argument("--rounds", type=int, default=3, help="marl, TRL, CoMLRL this often")
     parser.add_argument("--threads", type=int, default=2, help="torch threads, every side")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -116,24 +120,30 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     out = args.out or Path(tempfile.mkdtemp(prefix="marl-peers-"))
     model = build_tiny_hf(out / "hf")
-    mine, instances = marl_side(model, out, 16, 8, 8, args.steps)
-    prompts = out / "prompts.json"
-    prompts.write_text(json.dumps({"G": 8, "max_new_tokens": 8, "instances": instances}))
-    results = [mine] + [peer_side(args.peer_python, p, model, prompts, args.steps, args.threads)
-                        for p in ("trl", "comlrl")]
     print(f"tiny HF Llama (2 layers x 64, char tokenizer), G 8, <= 8 new tokens, one "
           f"on-policy step per batch, {args.steps} timed steps after one warm-up, "
-          f"{args.threads} thread(s)")
-    print(f"{'library':>8} {'completions/s':>14} {'per step':>9} {'models':>7} "
-          f"{'prompt tok':>11} {'compl tok':>10} {'marl x':>7}")
-    for r in results:
-        s = r["settings"]
-        print(f"{r['peer']:>8} {r['completions_per_s']:14.1f} {s['completions_per_step']:9d} "
-              f"{s['models']:7d} {s['mean_prompt_tokens']:11.1f} "
-              f"{s['mean_completion_tokens']:10.2f} "
-              f"{mine['completions_per_s'] / r['completions_per_s']:7.2f}")
-    for r in results:
-        print(json.dumps(r))
+          f"{args.threads} thread(s), {args.rounds} round(s)")
+    ratios: dict[str, list[float]] = {"trl": [], "comlrl": []}
+    for k in range(args.rounds):
+        mine, instances = marl_side(model, out / f"round{k}", 16, 8, 8, args.steps)
+        prompts = out / "prompts.json"
+        prompts.write_text(json.dumps({"G": 8, "max_new_tokens": 8, "instances": instances}))
+        results = [mine] + [peer_side(args.peer_python, p, model, prompts, args.steps,
+                                      args.threads) for p in ratios]
+        print(f"round {k + 1}\n{'library':>8} {'completions/s':>14} {'per step':>9} "
+              f"{'models':>7} {'prompt tok':>11} {'compl tok':>10} {'marl x':>7}")
+        for r in results:
+            st, ratio = r["settings"], mine["completions_per_s"] / r["completions_per_s"]
+            if r["peer"] in ratios:
+                ratios[r["peer"]].append(ratio)
+            print(f"{r['peer']:>8} {r['completions_per_s']:14.1f} "
+                  f"{st['completions_per_step']:9d} {st['models']:7d} "
+                  f"{st['mean_prompt_tokens']:11.1f} {st['mean_completion_tokens']:10.2f} "
+                  f"{ratio:7.2f}")
+        for r in results:
+            print(json.dumps(r))
+    print("median over rounds: " + ", ".join(
+        f"marl {statistics.median(v):.2f}x {peer}" for peer, v in ratios.items()))
 
 
 if __name__ == "__main__":
