@@ -310,8 +310,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("which", choices=["signal", "lewis8", "ref", "relay", "gather",
                                           "stability", "throughput", "penalty", "compare"])
-    parser.add_argument("--seeds", default="0,1,2",
-                        help="signal, stability: comma-separated seeds")
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated seeds, one run each (signal and stability: "
+                             "0,1,2; the others: 0)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--budget", type=float, default=None, help="seconds per run")
     parser.add_argument("--scenario", default=None,
@@ -339,23 +340,29 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     out = args.out or Path(tempfile.mkdtemp(prefix="marl-bench-"))
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
     if args.which == "throughput":
         throughput(out, 16, 8, args.epochs, args.minibatches)
     elif args.which == "signal":
-        signal_seeds(out, [int(s) for s in args.seeds.split(",")], args.budget or 300)
+        signal_seeds(out, seeds or [0, 1, 2], args.budget or 300)
     elif args.which == "lewis8":
-        target_run(scenario_with("signal.yaml", objects=8), 0.9, args.budget or 900,
-                   out / "lewis8")
+        for seed in seeds or [0]:
+            target_run(scenario_with("signal.yaml", objects=8), 0.9, args.budget or 900,
+                       out / f"lewis8_s{seed}", seed=seed)
     elif args.which == "ref":
-        target_run("ref.yaml", 0.9, args.budget or 1200, out / "ref")
+        for seed in seeds or [0]:
+            target_run("ref.yaml", 0.9, args.budget or 1200, out / f"ref_s{seed}", seed=seed)
     elif args.which == "relay":
-        target_run("relay_chain.yaml", 0.8, args.budget or 1200, out / "relay",
-                   curriculum=RELAY_CURRICULUM)
+        for seed in seeds or [0]:
+            target_run("relay_chain.yaml", 0.8, args.budget or 1200, out / f"relay_s{seed}",
+                       curriculum=RELAY_CURRICULUM, seed=seed)
     elif args.which == "gather":
         demos = dict(sft_coef=1.0, demo_episodes=args.demo_episodes) if args.demo_episodes else {}
-        target_run("gather_star.yaml", 0.9, args.budget or 1200, out / "gather", **demos)
+        for seed in seeds or [0]:
+            target_run("gather_star.yaml", 0.9, args.budget or 1200, out / f"gather_s{seed}",
+                       seed=seed, **demos)
     elif args.which == "stability":
-        stability(out, args.scenario or "signal.yaml", [int(s) for s in args.seeds.split(",")],
+        stability(out, args.scenario or "signal.yaml", seeds or [0, 1, 2],
                   args.iterations or 1200, args.sets, args.preset)
     elif args.which == "penalty":
         penalty(out, args.iterations or 400, args.per_1k)
