@@ -111,7 +111,7 @@ class HFCausalLM:
 
     def gather(self, reuse: Reuse, room: int) -> Any | None:
         # As in `expand`: the twin's caches (sampling) or the transformers model's (scoring).
-        if not hasattr(reuse.caches[0], "layers"):
+        if self.twin is not None and not hasattr(reuse.caches[0], "layers"):
             self.twin.current()  # the decode that follows runs the current weights
             return self._fast.gather(reuse, room)
         from transformers.cache_utils import DynamicCache, DynamicLayer
