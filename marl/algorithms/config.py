@@ -73,9 +73,10 @@ class TrainConfig(BaseModel):
         "team's answers back to them. Measured on the main job over 1,200 iterations with "
         "0.95 and entropy_target 0.3 (README, 'What the defaults learn from'): seeds 0-4 on "
         "one thread each dipped below 0.95 in 0, 4, 0, 0 and 0 evaluations after solving "
-        "(29, 9, 13, 33 and 15 without it) and seed 0 on two threads in none (4 without it); "
-        "on earlier code, with other "
-        "rounding, that run fell at iteration 460 and ended at 0.52. Alone, without "
+        "(29, 9, 13, 33 and 15 without it); on two threads seed 0 in none (4 without it) and "
+        "seed 1 in 9, ending at 0.75 (none without it); on earlier code, with other "
+        "rounding, seed 0 on two threads fell at iteration 460 and ended at 0.52. Alone, "
+        "without "
         "entropy_target, each reset renews the reference where the entropy bonus has pushed "
         "the policy: entropy rose to 1.9 nats and messages lengthened.")
     kl_reset_every: int = Field(
