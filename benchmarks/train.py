@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -163,6 +164,15 @@ def scenario_with(name: str, **task_params) -> dict:
 RELAY_CURRICULUM = [{"name": "fact_1", "task": {"fact_length": 1}, "promote_at": 0.8},
                     {"name": "fact_2", "task": {"fact_length": 2}, "promote_at": 0.8},
                     {"name": "fact_4", "task": {"fact_length": 4}}]
+
+
+#: The target runs after the main job: scenario, target eval success, seconds, settings.
+TARGET_RUNS: dict[str, tuple[Callable[[], str | dict], float, float, dict]] = {
+    "lewis8": (lambda: scenario_with("signal.yaml", objects=8), 0.9, 900, {}),
+    "ref": (lambda: "ref.yaml", 0.9, 1200, {}),
+    "relay": (lambda: "relay_chain.yaml", 0.8, 1200, {"curriculum": RELAY_CURRICULUM}),
+    "gather": (lambda: "gather_star.yaml", 0.9, 1200, {}),
+}
 
 
 class OneAtATime(Policy):
@@ -345,22 +355,13 @@ def main() -> None:
         throughput(out, 16, 8, args.epochs, args.minibatches)
     elif args.which == "signal":
         signal_seeds(out, seeds or [0, 1, 2], args.budget or 300)
-    elif args.which == "lewis8":
+    elif args.which in TARGET_RUNS:
+        scenario, target, budget, extra = TARGET_RUNS[args.which]
+        if args.which == "gather" and args.demo_episodes:
+            extra = dict(sft_coef=1.0, demo_episodes=args.demo_episodes)
         for seed in seeds or [0]:
-            target_run(scenario_with("signal.yaml", objects=8), 0.9, args.budget or 900,
-                       out / f"lewis8_s{seed}", seed=seed)
-    elif args.which == "ref":
-        for seed in seeds or [0]:
-            target_run("ref.yaml", 0.9, args.budget or 1200, out / f"ref_s{seed}", seed=seed)
-    elif args.which == "relay":
-        for seed in seeds or [0]:
-            target_run("relay_chain.yaml", 0.8, args.budget or 1200, out / f"relay_s{seed}",
-                       curriculum=RELAY_CURRICULUM, seed=seed)
-    elif args.which == "gather":
-        demos = dict(sft_coef=1.0, demo_episodes=args.demo_episodes) if args.demo_episodes else {}
-        for seed in seeds or [0]:
-            target_run("gather_star.yaml", 0.9, args.budget or 1200, out / f"gather_s{seed}",
-                       seed=seed, **demos)
+            target_run(scenario(), target, args.budget or budget,
+                       out / f"{args.which}_s{seed}", seed=seed, **extra)
     elif args.which == "stability":
         stability(out, args.scenario or "signal.yaml", seeds or [0, 1, 2],
                   args.iterations or 1200, args.sets, args.preset)

@@ -184,8 +184,8 @@ def _start(model: CausalLM, prompts: list[tuple[int, ...]], steps: int, pad_id: 
     a prefill, else from the prompts' common stem when that pays (:func:`_stem`)."""
     plan = store.plan(prompts, model.device) if store is not None else None
     stem = 0
-    if plan is None:
-        plan, stem = _stem(model.prefill, prompts, pad_id, model.device)
+    if plan is None and (stem := stem_length(prompts)):
+        plan = _stem(model.prefill, prompts, stem, model.device)
     cache = model.gather(plan[0], plan[1] + steps) if plan is not None else None
     if cache is None:
         ids, mask = left_pad(prompts, pad_id, model.device)
@@ -197,19 +197,16 @@ def _start(model: CausalLM, prompts: list[tuple[int, ...]], steps: int, pad_id: 
 
 
 def _stem(run: Callable[..., tuple[torch.Tensor, Any]], prompts: list[tuple[int, ...]],
-          pad_id: int, device: torch.device) -> tuple[tuple[Reuse, int] | None, int]:
-    """Run the prompts' common stem once, when that pays (:func:`stem_length`), with
-    ``run`` (a model's ``prefill`` or ``prefix``); return how the prompts reuse its K/V (as
-    :meth:`KVStore.plan`) and the stem's length, or ``(None, 0)``."""
-    n = stem_length(prompts)
-    if n == 0:
-        return None, 0
+          n: int, device: torch.device) -> tuple[Reuse, int] | None:
+    """Run the prompts' common stem, their first ``n`` tokens (:func:`stem_length`), once
+    with ``run`` (a model's ``prefill`` or ``prefix``); return how the prompts reuse its
+    K/V, as :meth:`KVStore.plan` does."""
     stem = prompts[0][:n]
     ids = torch.tensor([stem], dtype=torch.long, device=device)
     _, cache = run(ids, torch.ones_like(ids, dtype=torch.bool), 0)
     store = KVStore(keep=1, version=0)
     store.add(Stored(cache, [stem], [0]))
-    return store.plan(prompts, device), n
+    return store.plan(prompts, device)
 
 
 def _rest(prompts: Sequence[tuple[int, ...]], reuse: Reuse, suffix: int, pad_id: int,
@@ -286,8 +283,8 @@ def _log_dist(model: CausalLM, prompts: Sequence[Sequence[int]],
     elif stem and 2 * len(distinct) > len(rows):
         # Most rows have a prompt of their own (a listener's G prompts differ in the message
         # read): the stem runs once, then every row its rest and completion.
-        logits, targets = _logits_after_stem(model, [tuple(p) for p in prompts], completions,
-                                             pad_id, n)
+        logits, targets = _logits_after_stem(model, [tuple(p) for p in prompts], stem,
+                                             completions, pad_id, n)
     else:
         logits, targets = _logits_shared(model, list(distinct), rows, completions, pad_id, n)
     logits = logits.float()
@@ -334,12 +331,13 @@ def _logits_shared(model: CausalLM, distinct: list[tuple[int, ...]], rows: list[
     return torch.cat([first, after], 1), targets
 
 
-def _logits_after_stem(model: CausalLM, prompts: list[tuple[int, ...]],
+def _logits_after_stem(model: CausalLM, prompts: list[tuple[int, ...]], stem: int,
                        completions: Sequence[Sequence[int]], pad_id: int,
                        n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """As :func:`_logits_whole`, running the prompts' common stem once (:func:`_stem`),
-    then, in one pass, every row's ``S`` last prompt tokens and its completion."""
-    plan, _ = _stem(model.prefix, prompts, pad_id, model.device)
+    """As :func:`_logits_whole`, running the prompts' common ``stem`` tokens once
+    (:func:`_stem`), then, in one pass, every row's ``S`` last prompt tokens and its
+    completion."""
+    plan = _stem(model.prefix, prompts, stem, model.device)
     cache = model.gather(plan[0], plan[1] + n) if plan is not None else None
     if cache is None:
         return _logits_whole(model, prompts, completions, pad_id, n)

@@ -7,38 +7,18 @@ import torch
 from marl.policies.base import Request
 from marl.policies.generation import Sampling
 from marl.policies.lm import LMPolicy
-from marl.policies.tiny import TinyCausalLM, TinyConfig, TinyLM
 from marl.rollout import collect
 from marl.team import load_team
-from marl.tokenizer import CharTokenizer
 from tests.marl.conftest import ROOT
-
-#: tiny; hf on the fast Llama twin (static cache); hf on transformers (DynamicCache).
-BACKENDS = ["tiny", "hf", "hf-slow"]
-
+from tests.marl.policies.conftest import BACKENDS, backend_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def hf_dir(tmp_path_factory):
-    pytest.importorskip("transformers")
-    from marl.policies.hf_local import build_tiny_hf
-
-    return build_tiny_hf(tmp_path_factory.mktemp("hf") / "model")
-
-
 def make_policy(backend: str, reuse: bool, request: pytest.FixtureRequest) -> LMPolicy:
-    sampling = Sampling(max_new_tokens=8, stop=("\n",))
-    if backend == "tiny":
-        torch.manual_seed(0)
-        model = TinyLM(TinyConfig())
-        return LMPolicy(TinyCausalLM(model), CharTokenizer(), sampling, module=model,
-                        reuse_cache=reuse)
-    from marl.policies.hf import load_hf
-
-    lm, tok = load_hf(request.getfixturevalue("hf_dir"), fast=backend == "hf")
-    return LMPolicy(lm, tok, sampling, module=lm.model, reuse_cache=reuse)
+    lm, module, tok = backend_lm(backend, request)
+    return LMPolicy(lm, tok, Sampling(max_new_tokens=8, stop=("\n",)), module=module,
+                    reuse_cache=reuse)
 
 
 def play(scenario: str, policy: LMPolicy):

@@ -9,33 +9,15 @@ import torch
 from marl.policies import generation
 from marl.policies.generation import Sampling, generate, score
 from marl.policies.kv_reuse import KVStore, Stored, stem_length
-from marl.policies.tiny import TinyCausalLM, TinyConfig, TinyLM
-from marl.tokenizer import CharTokenizer
-
-#: tiny; hf sampling on the fast Llama twin; hf on transformers alone (DynamicCache).
-BACKENDS = ["tiny", "hf", "hf-slow"]
+from tests.marl.policies.conftest import BACKENDS, backend_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def hf_dir(tmp_path_factory):
-    pytest.importorskip("transformers")
-    from marl.policies.hf_local import build_tiny_hf
-
-    return build_tiny_hf(tmp_path_factory.mktemp("hf") / "model")
-
-
 def make(backend: str, request: pytest.FixtureRequest):
     """The CausalLM, its trainable module and its pad id."""
-    if backend == "tiny":
-        torch.manual_seed(0)
-        model = TinyLM(TinyConfig())
-        return TinyCausalLM(model), model, CharTokenizer().pad_id
-    from marl.policies.hf import load_hf
-
-    lm, tok = load_hf(request.getfixturevalue("hf_dir"), fast=backend == "hf")
-    return lm, lm.model, tok.pad_id
+    lm, module, tok = backend_lm(backend, request)
+    return lm, module, tok.pad_id
 
 
 def listener_prompts(rows: int = 12, seed: int = 0) -> list[tuple[int, ...]]:
