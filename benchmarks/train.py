@@ -44,6 +44,7 @@ import yaml
 
 from marl.algorithms.common import samples_for
 from marl.algorithms.config import TrainConfig, load_config
+from marl.curriculum import stage_name
 from marl.policies import Completion, Policy
 from marl.policies.generation import completion_text
 from marl.policies.hf_local import build_tiny_hf
@@ -82,8 +83,12 @@ def progress(r: dict) -> None:
 
 
 def time_to(trainer: Trainer, target: float) -> float | None:
+    """Seconds until an evaluation of the last curriculum stage (the scenario as written)
+    reached ``target``; None if none did."""
+    last = stage_name(trainer.cfg.curriculum, len(trainer.cfg.curriculum) - 1)
     for row in trainer.rows:
-        if row.get("eval_success_rate", -1) >= target:
+        if row["phase"] == "rl" and row["stage"] == last \
+                and row.get("eval_success_rate", -1) >= target:
             return row["wall_s"]
     return None
 

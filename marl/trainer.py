@@ -4,7 +4,9 @@ resume, and the curriculum.
 A run has two phases. The *warm-up* (``warmup_steps`` supervised steps on the messages of
 the task's random policy, see :mod:`marl.algorithms.warmup`) teaches the form of every
 message; then *RL* runs ``iterations`` iterations of the chosen algorithm. A curriculum
-moves the team through stages of task / scenario overrides during RL.
+moves the team through stages of task / scenario overrides during RL. A team that
+evaluates at ``settle_at`` or better is *settled*: its optimizers take smaller steps on
+small gradients from then on (``settled_eps``), until the next stage.
 
 Run directory::
 
@@ -19,7 +21,8 @@ Run directory::
     summary.json         the final row, best eval, wall time, whether the oracle was used
 
 Every row carries ``phase`` (``warmup`` or ``rl``), ``step`` (warm-up steps and
-iterations so far), ``iteration`` (RL iterations so far) and ``stage``. Files are written
+iterations so far), ``iteration`` (RL iterations so far) and ``stage``; RL rows also
+``settled``. Files are written
 atomically and rows appended whole, so a killed run loses at most the work since its
 last checkpoint (taken every ``checkpoint_every`` steps or ``checkpoint_every_s``
 seconds). ``resume`` continues from the last checkpoint (or from the start when there is
@@ -96,6 +99,7 @@ class Trainer:
         self.habits = Habits(cfg.seed)
         self.iteration = 0  # RL iterations done
         self.reference_at = 0  # iteration at which the KL's reference was last set
+        self.settled_at: int | None = None  # iteration the team settled at (settle_at)
         self.stage, self.stage_start = 0, 0
         self.bad_iterations = 0
         self.best: dict[str, Any] = {"eval_success_rate": -1.0, "iteration": None}
@@ -140,7 +144,8 @@ class Trainer:
                         "learner": self.learner.state_dict(), "best": self.best,
                         "wall": self._now(), "settings": self.changed,
                         "reference": reference_weights(self.learner.trainables),
-                        "reference_at": self.reference_at}, tmp / "state.pt")
+                        "reference_at": self.reference_at,
+                        "settled_at": self.settled_at}, tmp / "state.pt")
 
         final = atomic_dir(path, write)
         self._last_checkpoint, self._saved_step = self._now(), self.step_count
@@ -163,6 +168,7 @@ class Trainer:
             state["iteration"], state["warmed"], state["best"], state["wall"])
         self.stage, self.stage_start = state["stage"], state["stage_start"]
         self.reference_at = state.get("reference_at", 0)
+        self.settled_at = state.get("settled_at")  # Adam's eps came back with the optimizers
         self.habits = Habits(self.cfg.seed, state["habits"])
         self.changed = {}
         self.set(**state.get("settings", {}))  # also points the learner at the stage's team
@@ -333,6 +339,19 @@ class Trainer:
             begin_rl(self.learner.trainables, cfg, reset_optimizer=False)
             self.reference_at = self.iteration
 
+    def _maybe_settle(self, success: float) -> None:
+        """A team evaluating at ``settle_at`` or better is settled: every optimizer takes
+        ``settled_eps``, so a solved team's small gradients no longer move it by ``lr``."""
+        if self.cfg.settle_at is not None and self.settled_at is None \
+                and success >= self.cfg.settle_at:
+            self._set_eps(self.cfg.settled_eps)
+            self.settled_at = self.iteration
+
+    def _set_eps(self, eps: float) -> None:
+        for opt in self.learner.optimizers():
+            for group in opt.param_groups:
+                group["eps"] = eps
+
     def _rl_step(self) -> dict[str, Any]:
         cfg = self.cfg
         start = time.perf_counter()
@@ -350,6 +369,7 @@ class Trainer:
             atomic_write_jsonl(self.out / "episodes" / f"eval_{self.iteration:06d}.jsonl",
                                records)
             self._maybe_reset_reference(row["eval_success_rate"])
+            self._maybe_settle(row["eval_success_rate"])
         if cfg.transcripts_per_iter:
             atomic_write_jsonl(self.out / "episodes" / f"iter_{self.iteration:06d}.jsonl",
                                batch.records[: cfg.transcripts_per_iter])
@@ -394,6 +414,9 @@ class Trainer:
                        and self.iteration - self.stage_start >= stage.after):
             self.stage, self.stage_start = self.stage + 1, self.iteration
             self.learner.team = self.team
+            if self.settled_at is not None:  # a new task to learn: full steps again
+                self._set_eps(self.cfg.adam_eps)
+                self.settled_at = None
             self.log(f"curriculum: {stage_name(self.cfg.curriculum, self.stage)} from "
                      f"iteration {self.iteration}")
 
@@ -402,6 +425,7 @@ class Trainer:
         engine_stats = {name: st for name, p in engines.items() if (st := p.stats())}
         return {"phase": "rl", "step": self.step_count, "iteration": self.iteration,
                 "stage": stage_name(self.cfg.curriculum, self.stage),
+                "settled": self.settled_at is not None,
                 **({"engine": engine_stats} if engine_stats else {}),
                 "episodes": self.iteration * len(batch.records),
                 **iteration_figures(batch, stats, seconds)}

@@ -45,6 +45,11 @@ class Trainable:
     reference: object | None = None
 
 
+def adam(params, cfg: TrainConfig) -> torch.optim.Adam:
+    """The optimizer of every trainable model (policies and critics)."""
+    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, betas=(0.9, cfg.adam_beta2))
+
+
 def trainables(team: Team, policies: dict, cfg: TrainConfig) -> list[Trainable]:
     """The model policies of a team, one per scenario policy name."""
     out = []
@@ -53,7 +58,7 @@ def trainables(team: Team, policies: dict, cfg: TrainConfig) -> list[Trainable]:
         policy = policies[agents[0]] if agents else None
         if not isinstance(policy, LMPolicy) or not policy.parameters():
             continue
-        opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+        opt = adam(policy.parameters(), cfg)
         ref = copy.deepcopy(policy.model) if cfg.kl_coef > 0 else None
         out.append(Trainable(name, policy, agents, opt, ref))
     return out
@@ -67,7 +72,7 @@ def begin_rl(trainables: list[Trainable], cfg: TrainConfig,
     a run resumes; the optimizers start afresh unless ``reset_optimizer`` is False."""
     for t in trainables:
         if reset_optimizer:
-            t.optimizer = torch.optim.Adam(t.policy.parameters(), lr=cfg.lr)
+            t.optimizer = adam(t.policy.parameters(), cfg)
         if cfg.kl_coef <= 0:
             continue
         t.reference = copy.deepcopy(t.policy.model)

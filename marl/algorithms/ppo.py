@@ -52,6 +52,7 @@ from torch import nn
 from marl import seeds
 from marl.algorithms.common import (
     Trainable,
+    adam,
     optimizer_step,
     oracle_episodes,
     rollout_cost,
@@ -178,7 +179,7 @@ class PPO:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(self.cfg.seed, seeds.CRITIC_INIT, i))
             net = ValueNet(t.policy.tokenizer.vocab_size).to(device)
-        opt = torch.optim.Adam(net.parameters(), lr=self.cfg.lr)
+        opt = adam(net.parameters(), self.cfg)
         return Critic(name, net, opt, agents, t.policy.tokenizer, device,
                       central=self.cfg.critic == "central")
 

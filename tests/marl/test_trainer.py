@@ -126,6 +126,73 @@ def test_the_entropy_bonus_only_lifts_tokens_below_its_target(tmp_path, monkeypa
     assert moved == (target != 0.5)
 
 
+@pytest.mark.parametrize("eps", [1e-8, 1e-2])
+def test_adam_eps_sets_how_far_a_small_gradient_moves_the_policy(tmp_path, monkeypatch, eps):
+    """No policy gradient (every rollout succeeds), only the entropy bonus's small gradient.
+    Adam's first step moves every parameter with a gradient well above eps by lr, whatever
+    the gradient's size; an eps above the gradients shrinks the step in proportion."""
+    team = scored_team(monkeypatch)
+    trainer = Trainer(team, small(iterations=1, kl_coef=0.0, entropy_target=None, lr=1e-3,
+                                  adam_eps=eps, adam_beta2=0.99, settle_at=None), tmp_path)
+    t = trainer.learner.trainables[0]
+    before = [p.detach().clone() for p in t.policy.parameters()]
+    trainer.train()
+    assert {(g["eps"], g["betas"]) for g in t.optimizer.param_groups} == {(eps, (0.9, 0.99))}
+    moved = max(float((p.detach() - b).abs().max())
+                for p, b in zip(t.policy.parameters(), before, strict=True))
+    assert moved == pytest.approx(1e-3, rel=0.05) if eps == 1e-8 else 0 < moved < 2e-4
+
+
+def largest_moves(trainer: Trainer) -> tuple[list[float], list[bool]]:
+    """Train; return each RL iteration's largest parameter change and its ``settled``."""
+    params = trainer.learner.trainables[0].policy.parameters()
+    last = [p.detach().clone() for p in params]
+    moves, settled = [], []
+
+    def track(row):
+        moves.append(max(float((p.detach() - b).abs().max()) for p, b in zip(params, last,
+                                                                              strict=True)))
+        settled.append(row["settled"])
+        for p, b in zip(params, last, strict=True):
+            b.copy_(p.detach())
+
+    trainer.train(progress=track)
+    return moves, settled
+
+
+@pytest.mark.parametrize(("task", "curriculum", "settled"), [
+    ("always_right", [], [False, False, True, True, True, True]),  # settles at iteration 2
+    ("always_wrong", [], [False] * 6),
+    # settles at 2 and is promoted in the same step: a new stage starts unsettled
+    ("always_right", [{"name": "first", "promote_at": 0.5}, {"name": "second"}],
+     [False, False, False, False, True, True]),
+])
+def test_a_team_that_evaluates_well_settles_into_small_steps(tmp_path, monkeypatch, task,
+                                                              curriculum, settled):
+    """Only the entropy bonus's small gradient moves the policy here (no policy gradient,
+    no KL). Unsettled, Adam moves some parameter by about lr each step; settled (eps above
+    those gradients), by far less."""
+    cfg = small(iterations=6, eval_every=2, kl_coef=0.0, entropy_target=None, lr=1e-3,
+                settled_eps=1e-2, curriculum=curriculum)
+    trainer = Trainer(scored_team(monkeypatch, task), cfg, tmp_path)
+    moves, was_settled = largest_moves(trainer)
+    assert was_settled == settled
+    for move, s in zip(moves, settled, strict=True):
+        assert (move < 2e-4) if s else (move > 5e-4)
+    eps = {g["eps"] for opt in trainer.learner.optimizers() for g in opt.param_groups}
+    assert eps == {1e-2 if trainer.settled_at is not None else 1e-8}
+
+
+def test_kill_and_resume_keeps_a_settled_team_settled(tmp_path, monkeypatch):
+    """Settled at iteration 2; killed at 5 and resumed from the checkpoint at 4, the run
+    must take settled steps again (from its optimizers' state) and not settle anew."""
+    cfg = small(iterations=6, eval_every=2, checkpoint_every=2, kl_coef=0.0,
+                entropy_target=None, settled_eps=1e-2)
+    full, again = kill_and_resume(scored_team(monkeypatch), cfg, tmp_path, kill_at=5,
+                                  resume_from=4)
+    assert again == full and [r["settled"] for r in full] == [False, False] + [True] * 4
+
+
 def test_rl_learns_a_known_answer(toy, tmp_path):
     trainer = Trainer(toy, small(iterations=25, lr=1e-2, eval_every=25), tmp_path)
     trainer.train()
@@ -471,6 +538,7 @@ def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_
     (["warmup_prior=uniform", "habit_strength=0.5"], "applies to warmup_prior: habits"),
     (["kl_coef=0", "kl_reset_at=0.9"], "kl_coef=0 switches that term off"),
     (["kl_reset_every=10"], "kl_reset_at is null"),
+    (["settle_at=null", "settled_eps=1e-3"], "settle_at is null"),
 ])
 def test_settings_the_algorithm_ignores_are_rejected(sets, message):
     with pytest.raises(ConfigError, match=message):
