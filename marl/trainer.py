@@ -98,7 +98,7 @@ class Trainer:
         self.habits = Habits(cfg.seed)
         self.iteration = 0  # RL iterations done
         self.reference_at = 0  # iteration at which the KL's reference was last set
-        self.settled_at: int | None = None  # iteration the team settled at (settle_at)
+        self.settled = False  # evaluated at settle_at in this stage (see _maybe_settle)
         self.stage, self.stage_start = 0, 0
         self.bad_iterations = 0
         self.best: dict[str, Any] = {"eval_success_rate": -1.0, "iteration": None}
@@ -144,7 +144,7 @@ class Trainer:
                         "wall": self._now(), "settings": self.changed,
                         "reference": reference_weights(self.learner.trainables),
                         "reference_at": self.reference_at,
-                        "settled_at": self.settled_at}, tmp / "state.pt")
+                        "settled": self.settled}, tmp / "state.pt")
 
         final = atomic_dir(path, write)
         self._last_checkpoint, self._saved_step = self._now(), self.step_count
@@ -167,7 +167,7 @@ class Trainer:
             state["iteration"], state["warmed"], state["best"], state["wall"])
         self.stage, self.stage_start = state["stage"], state["stage_start"]
         self.reference_at = state.get("reference_at", 0)
-        self.settled_at = state.get("settled_at")  # Adam's eps came back with the optimizers
+        self.settled = state.get("settled", False)  # its eps came back with the optimizers
         self.habits = Habits(self.cfg.seed, state["habits"])
         self.changed = {}
         self.set(**state.get("settings", {}))  # also points the learner at the stage's team
@@ -207,9 +207,7 @@ class Trainer:
         self.cfg, self.teams = cfg, teams
         self.learner.cfg, self.learner.team = cfg, self.team
         if "lr" in trained:
-            for opt in self.learner.optimizers():
-                for group in opt.param_groups:
-                    group["lr"] = cfg.lr
+            self._set_optimizers(lr=cfg.lr)
         if temperature is not None:
             for t in self.learner.trainables:
                 t.policy.sampling = dataclasses.replace(t.policy.sampling,
@@ -341,15 +339,16 @@ class Trainer:
     def _maybe_settle(self, success: float) -> None:
         """A team evaluating at ``settle_at`` or better is settled: every optimizer takes
         ``settled_eps``, so a solved team's small gradients no longer move it by ``lr``."""
-        if self.cfg.settle_at is not None and self.settled_at is None \
+        if self.cfg.settle_at is not None and not self.settled \
                 and success >= self.cfg.settle_at:
-            self._set_eps(self.cfg.settled_eps)
-            self.settled_at = self.iteration
+            self._set_optimizers(eps=self.cfg.settled_eps)
+            self.settled = True
 
-    def _set_eps(self, eps: float) -> None:
+    def _set_optimizers(self, **hyper: float) -> None:
+        """Set hyperparameters (``lr``, ``eps``) of every optimizer's parameter groups."""
         for opt in self.learner.optimizers():
             for group in opt.param_groups:
-                group["eps"] = eps
+                group.update(hyper)
 
     def _rl_step(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -413,9 +412,9 @@ class Trainer:
                        and self.iteration - self.stage_start >= stage.after):
             self.stage, self.stage_start = self.stage + 1, self.iteration
             self.learner.team = self.team
-            if self.settled_at is not None:  # a new task to learn: full steps again
-                self._set_eps(self.cfg.adam_eps)
-                self.settled_at = None
+            if self.settled:  # a new task to learn: full steps again
+                self._set_optimizers(eps=self.cfg.adam_eps)
+                self.settled = False
             self.log(f"curriculum: {stage_name(self.cfg.curriculum, self.stage)} from "
                      f"iteration {self.iteration}")
 
@@ -424,7 +423,7 @@ class Trainer:
         engine_stats = {name: st for name, p in engines.items() if (st := p.stats())}
         return {"phase": "rl", "step": self.step_count, "iteration": self.iteration,
                 "stage": stage_name(self.cfg.curriculum, self.stage),
-                "settled": self.settled_at is not None,
+                "settled": self.settled,
                 **({"engine": engine_stats} if engine_stats else {}),
                 "episodes": self.iteration * len(batch.records),
                 **iteration_figures(batch, stats, seconds)}

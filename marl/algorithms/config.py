@@ -102,9 +102,8 @@ class TrainConfig(BaseModel):
         "(29, 9, 13, 33 and 15 without it); on two threads seed 0 in none (4 without it) and "
         "seed 1 in 9, ending at 0.75 (none without it); on earlier code, with other "
         "rounding, seed 0 on two threads fell at iteration 460 and ended at 0.52. Alone, "
-        "without "
-        "entropy_target, each reset renews the reference where the entropy bonus has pushed "
-        "the policy: entropy rose to 1.9 nats and messages lengthened.")
+        "without entropy_target, each reset renews the reference where the entropy bonus "
+        "has pushed the policy: entropy rose to 1.9 nats and messages lengthened.")
     kl_reset_every: int = Field(
         50, ge=1, description="kl_reset_at: fewest iterations between two reference resets "
         "(and from the start of RL to the first). A reference only a few iterations old no "

@@ -180,7 +180,7 @@ def test_a_team_that_evaluates_well_settles_into_small_steps(tmp_path, monkeypat
     for move, s in zip(moves, settled, strict=True):
         assert (move < 2e-4) if s else (move > 5e-4)
     eps = {g["eps"] for opt in trainer.learner.optimizers() for g in opt.param_groups}
-    assert eps == {1e-2 if trainer.settled_at is not None else 1e-8}
+    assert eps == {1e-2 if trainer.settled else 1e-8}
 
 
 def test_kill_and_resume_keeps_a_settled_team_settled(tmp_path, monkeypatch):
