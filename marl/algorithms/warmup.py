@@ -47,7 +47,11 @@ ended with the policy's stop string. Sources:
   imitation: a run that uses it is labelled ``uses_oracle``.
 
 With a curriculum, step ``s`` plays the team of stage ``s mod stages``, so the form of
-every stage's messages is learnt before the first.
+every stage's messages is learnt before the first. Habits are learnt only where an agent
+meets few enough observations to memorise them; elsewhere they teach an output that ignores
+the input. Measured on ``relay_chain`` with ``fact_length`` 1 → 2 → 4 (676 and 456,976
+facts in the later stages): after 600 steps the greedy source wrote one letter whatever its
+1-letter fact, while 200 steps on the first stage alone made its letter follow the fact.
 """
 
 from __future__ import annotations
