@@ -538,7 +538,7 @@ def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_
     (["warmup_prior=uniform", "habit_strength=0.5"], "applies to warmup_prior: habits"),
     (["kl_coef=0", "kl_reset_at=0.9"], "kl_coef=0 switches that term off"),
     (["kl_reset_every=10"], "kl_reset_at is null"),
-    (["settle_at=null", "settled_eps=1e-3"], "settle_at is null"),
+    (["settle_at=null", "settled_eps=1e-4"], "settle_at is null"),
 ])
 def test_settings_the_algorithm_ignores_are_rejected(sets, message):
     with pytest.raises(ConfigError, match=message):
