@@ -2,6 +2,8 @@
 config errors, and the CLI entry point."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -642,8 +644,6 @@ app()
 def test_cpu_training_is_reproducible_on_two_threads(tmp_path):
     # With torch's default kernels two such runs drifted apart in the warm-up (9th loss, at
     # 1e-7); the trainer turns on deterministic algorithms for CPU models.
-    import subprocess
-    import sys
     runs = []
     for name in ("a", "b"):
         out = tmp_path / name
@@ -659,9 +659,9 @@ def test_cpu_training_is_reproducible_on_two_threads(tmp_path):
 
 
 def test_trainer_turns_on_deterministic_algorithms_for_cpu_models(tmp_path, monkeypatch):
-    monkeypatch.setattr(torch, "use_deterministic_algorithms", lambda *a, **k: calls.append(
-        (a, k)))
     calls = []
+    monkeypatch.setattr(torch, "use_deterministic_algorithms",
+                        lambda *a, **k: calls.append((a, k)))
     team = load_team(ROOT / "scenarios" / "signal.yaml")
     Trainer(team, TrainConfig(warmup_steps=0, iterations=1), tmp_path / "run")
     assert calls == [((True,), {"warn_only": True})]
