@@ -45,6 +45,7 @@ import yaml
 from marl.algorithms.common import samples_for
 from marl.algorithms.config import TrainConfig, load_config
 from marl.curriculum import stage_name
+from marl.errors import ConfigError
 from marl.policies import Completion, Policy
 from marl.policies.generation import completion_text
 from marl.policies.hf_local import build_tiny_hf
@@ -122,12 +123,13 @@ def target_run(scenario: str | dict, target: float, budget: float, out: Path,
     return trainer
 
 
-def signal_seeds(out: Path, seeds: list[int], budget: float) -> None:
+def signal_seeds(out: Path, seeds: list[int], budget: float, **settings) -> None:
     """The main job on several seeds: time to eval success 0.95, and whether the code the
     speaker settled on is the oracle's (it agrees with it only by chance, 1/26 per object,
     when discovered)."""
     for seed in seeds:
-        target_run("signal.yaml", 0.95, budget, out / f"signal_s{seed}", seed=seed)
+        target_run("signal.yaml", 0.95, budget, out / f"signal_s{seed}",
+                   **{**settings, "seed": seed})
 
 
 def stability(out: Path, scenario: str, seeds: list[int], iterations: int, sets: list[str],
@@ -337,7 +339,8 @@ def main() -> None:
                         help="penalty: iterations per run (default 400); stability: per "
                              "seed (default 1200)")
     parser.add_argument("--set", dest="sets", action="append", default=[],
-                        metavar="KEY=VALUE", help="stability: a training setting, repeatable")
+                        metavar="KEY=VALUE", help="signal, the target runs and stability: a "
+                        "training setting, repeatable")
     parser.add_argument("--preset", default=None,
                         help="stability: the model preset of every tiny policy (a name or "
                              "a YAML file)")
@@ -356,17 +359,25 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     out = args.out or Path(tempfile.mkdtemp(prefix="marl-bench-"))
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
+    try:
+        cfg = load_config(sets=args.sets)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    sets = {k: getattr(cfg, k) for k in cfg.model_fields_set}  # only what --set named
+    if sets and args.which not in ("signal", "stability", *TARGET_RUNS):
+        parser.error(f"--set applies to signal, stability and {', '.join(TARGET_RUNS)}; "
+                     f"{args.which} has settings of its own.")
     if args.which == "throughput":
         throughput(out, 16, 8, args.epochs, args.minibatches)
     elif args.which == "signal":
-        signal_seeds(out, seeds or [0, 1, 2], args.budget or 300)
+        signal_seeds(out, seeds or [0, 1, 2], args.budget or 300, **sets)
     elif args.which in TARGET_RUNS:
         scenario, target, budget, extra = TARGET_RUNS[args.which]
         if args.which == "gather" and args.demo_episodes:
             extra = dict(sft_coef=1.0, demo_episodes=args.demo_episodes)
         for seed in seeds or [0]:
             target_run(scenario(), target, args.budget or budget,
-                       out / f"{args.which}_s{seed}", seed=seed, **extra)
+                       out / f"{args.which}_s{seed}", **{**extra, **sets, "seed": seed})
     elif args.which == "stability":
         stability(out, args.scenario or "signal.yaml", seeds or [0, 1, 2],
                   args.iterations or 1200, args.sets, args.preset)

@@ -32,6 +32,7 @@ derives from (seed, step), so on CPU the resumed metrics equal an uninterrupted 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import shutil
 import sys
@@ -46,7 +47,7 @@ from pydantic import ValidationError
 
 from marl import seeds
 from marl.algorithms import learner_class
-from marl.algorithms.common import begin_rl, reference_weights
+from marl.algorithms.common import begin_rl, reference_weights, symbol_ids
 from marl.algorithms.config import TrainConfig
 from marl.algorithms.warmup import Habits, warmup_step
 from marl.curriculum import stage_name, stage_teams, variant
@@ -94,6 +95,11 @@ class Trainer:
         if not self.learner.trainables:
             raise MarlError(f"{team.name} has no trainable policy: give at least one policy "
                             "a model backend (tiny or hf) in the scenario.")
+        if cfg.symbol_floor > 0:  # every agent's alphabets as tokens, checked before training
+            for t, stage, final in itertools.product(self.learner.trainables, self.teams,
+                                                     (False, True)):
+                for agent in t.agents:
+                    symbol_ids(t, stage, agent, final)
         if all(t.policy.model.device.type == "cpu" for t in self.learner.trainables):
             # Same seed and thread count, same run: with torch's default kernels two runs on
             # two threads drifted apart (1e-7 in the warm-up's 9th loss; signal seed 2 then

@@ -6,9 +6,13 @@ Loss (per policy, tokens t of its agents' completions, advantage A)::
     ratio  = exp(log π(t) − log π_old(t))
     L_pg   = −min(ratio·A, clip(ratio, 1 − clip_low, 1 + clip_high)·A)      (clip-higher)
     L      = agg(L_pg) + kl_coef·agg(KL(π ‖ π_ref)) − entropy_coef·agg(H) + sft_coef·L_SFT
+             − symbol_floor·agg(mean over s in S_t of log π(s))
 
 KL and the entropy H are exact, over the whole vocabulary at each token; π_ref is the
-policy RL started from (after the warm-up).
+policy RL started from (after the warm-up). S_t is the task's alphabet at token t's
+position (``Task.symbols``): the last term keeps every well-formed choice alive, which the
+entropy and KL terms cannot (their gradient on a token's logit vanishes with its
+probability, while this one's is ``π(s) − 1/|S_t|``).
 
 With one epoch the ratio is 1 and this is MAGRPO's REINFORCE gradient −A·∇log π. ``agg`` is
 the token mean (``token``) or the mean of per-sequence means (``sequence``). L_SFT is the
@@ -26,6 +30,7 @@ import torch
 
 from marl import seeds
 from marl.algorithms.config import TrainConfig
+from marl.errors import MarlError
 from marl.ledger import Ledger, LedgerRow
 from marl.policies.lm import LMPolicy
 from marl.policies.scripted import ScriptedPolicy
@@ -108,13 +113,17 @@ class Samples:
     demos: list[list[int]] = field(default_factory=list)
     # (S,): the sample's group succeeded in every rollout (nothing left to explore there).
     solved: torch.Tensor | None = None
+    # (S, L', A): token ids of the task's alphabet at each position, -1 pads (symbol_floor).
+    support: torch.Tensor | None = None
 
 
 def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
-                with_demos: bool, oracle: EpisodeBatch | None = None) -> Samples:
+                with_demos: bool, oracle: EpisodeBatch | None = None,
+                support: bool = False) -> Samples:
     """Rows of ``t``'s agents; ``adv`` is ``(B, N)`` per-agent advantages (or ``(B, K, L)``
     per-token ones). ``oracle``: episodes played by the task oracle, whose calls are added
-    as demonstration-only rows (no completion, advantage 0)."""
+    as demonstration-only rows (no completion, advantage 0). ``support``: with each row's
+    alphabets as token ids (see :func:`symbol_ids`)."""
     slots = batch.slots(t.agents).tolist()
     rows = [(b, k) for b in range(len(batch.records)) for k in slots]
     demos = [_demo_ids(t, team, batch, b, k) for b, k in rows] if with_demos else []
@@ -129,6 +138,8 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
                 completions=[batch.tokens[b, k][batch.mask[b, k]].tolist() for b, k in rows],
                 old_logprobs=batch.logprobs[bi, ki], mask=mask, advantages=row_adv,
                 demos=demos, solved=batch.group_solved[bi])
+    if support:
+        s.support = _pad_ids([symbol_ids(t, team, *_call(team, batch, k)) for _, k in rows])
     if oracle is None or not with_demos:
         return s
     extra = [(b, k) for b in range(len(oracle.records)) for k in oracle.slots(t.agents).tolist()]
@@ -141,14 +152,52 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
         mask=torch.cat([s.mask, s.mask.new_zeros(n, width)]),
         advantages=torch.cat([s.advantages, s.advantages.new_zeros(n, *s.advantages.shape[1:])]),
         demos=s.demos + [_demo_ids(t, team, oracle, b, k) for b, k in extra],
-        solved=torch.cat([s.solved, s.solved.new_zeros(n)]))
+        solved=torch.cat([s.solved, s.solved.new_zeros(n)]),
+        support=None if s.support is None else torch.cat(
+            [s.support, s.support.new_full((n, *s.support.shape[1:]), -1)]))
+
+
+def _call(team: Team, batch: EpisodeBatch, k: int) -> tuple[str, bool]:
+    """The agent of call slot ``k`` and whether that call is its answer."""
+    agent = batch.agents[int(batch.call_agent[k])]
+    return agent, team.is_final_call(agent, int(batch.call_round[k]))
+
+
+def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[int]]:
+    """The task's alphabet at each position of ``agent``'s message (answer when ``final``)
+    as token ids of ``t``'s tokenizer: one token per symbol, as ``symbol_floor`` needs."""
+    symbols = team.task.symbols(agent, final)
+    if symbols is None:
+        raise MarlError(f"symbol_floor needs the alphabet of every message, and task "
+                        f"{team.task.id} does not name one (Task.symbols returns None); set "
+                        "symbol_floor: 0 for this task.")
+    out = []
+    for alphabet in symbols:
+        ids = [t.policy.tokenizer.encode(c) for c in alphabet]
+        if any(len(i) != 1 for i in ids):
+            bad = next(c for c, i in zip(alphabet, ids, strict=True) if len(i) != 1)
+            raise MarlError(f"symbol_floor needs every symbol to be one token, and policy "
+                            f"{t.name}'s tokenizer splits {bad!r} of {team.task.id}'s alphabet "
+                            "into several; set symbol_floor: 0 for this policy's tokenizer.")
+        out.append([i[0] for i in ids])
+    return out
+
+
+def _pad_ids(rows: list[list[list[int]]]) -> torch.Tensor:
+    """Ragged ``[row][position][id]`` lists as a ``(S, L, A)`` tensor padded with -1."""
+    n = max((len(r) for r in rows), default=0)
+    a = max((len(p) for r in rows for p in r), default=0)
+    out = torch.full((len(rows), n, a), -1, dtype=torch.long)
+    for i, r in enumerate(rows):
+        for j, p in enumerate(r):
+            out[i, j, : len(p)] = torch.tensor(p, dtype=torch.long)
+    return out
 
 
 def _demo_ids(t: Trainable, team: Team, batch: EpisodeBatch, b: int, k: int) -> list[int]:
     """The oracle's message for call ``k`` of episode ``b``, tokenised with the stop string
     (or eos) the policy must learn to end with; [] where the oracle would only guess."""
-    agent = batch.agents[int(batch.call_agent[k])]
-    final = team.is_final_call(agent, int(batch.call_round[k]))
+    agent, final = _call(team, batch, k)
     demo = team.task.demonstration(agent, batch.observations[b][k], final)
     return [] if demo is None else target_ids(t, demo)
 
@@ -191,8 +240,9 @@ def aggregate(x: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
     return per_seq[mask.any(-1)].mean() if mask.any() else x.sum() * 0
 
 
-def score_rows(t: Trainable, prompts: list, completions: list,
-               entropy: bool = False, kl: bool = False) -> tuple[torch.Tensor, ...]:
+def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = False,
+               kl: bool = False, support: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, ...]:
     """:meth:`LMPolicy.score` with every distinct (prompt, completion) pair run once.
 
     A group's G rollouts share their first prompts, their demonstrations are equal, and a
@@ -204,8 +254,11 @@ def score_rows(t: Trainable, prompts: list, completions: list,
     index = [keys.setdefault((tuple(p), tuple(c)), len(keys))
              for p, c in zip(prompts, completions, strict=True)]
     unique = list(keys)
+    if support is not None:  # equal rows are one agent's call: their alphabets are equal
+        first = dict(zip(reversed(index), reversed(range(len(index))), strict=True))
+        support = support[[first[u] for u in range(len(unique))]]
     out = t.policy.score([p for p, _ in unique], [list(c) for _, c in unique], entropy=entropy,
-                         reference=t.reference if kl else None)
+                         reference=t.reference if kl else None, support=support)
     rows = torch.tensor(index, device=out[0].device)
     return tuple(x.index_select(0, rows) for x in out)
 
@@ -213,10 +266,12 @@ def score_rows(t: Trainable, prompts: list, completions: list,
 def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
              scored: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, dict]:
     """The RL part of the loss for rows ``s`` (all with at least one generated token);
-    ``scored``: their ``(logprobs, mask, entropy[, kl])`` if already computed (``kl``:
-    per token, to the reference, when the policy has one)."""
-    lp, mask, ent, *kl_tok = scored or score_rows(t, s.prompts, s.completions, entropy=True,
-                                                  kl=t.reference is not None)
+    ``scored``: their ``(logprobs, mask, entropy[, kl][, floor])`` if already computed
+    (``kl``: per token, to the reference, when the policy has one; ``floor``: the mean
+    log-prob of each token's alphabet, when ``s`` has a support)."""
+    lp, mask, ent, *rest = scored or score_rows(t, s.prompts, s.completions, entropy=True,
+                                                kl=t.reference is not None, support=s.support)
+    kl_tok = rest[:1] if t.reference is not None else []
     width = lp.shape[1]
     old = s.old_logprobs[:, :width].to(lp.device)
     adv = s.advantages[:, None] if s.advantages.dim() == 1 else s.advantages[:, :width]
@@ -234,6 +289,13 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
     if kl_tok:
         loss = loss + cfg.kl_coef * aggregate(kl_tok[0], reg, cfg.aggregation)
         stats["kl"] = float(aggregate(kl_tok[0].detach(), mask, cfg.aggregation))
+    if s.support is not None:
+        floor, width = rest[-1], lp.shape[1]
+        has = torch.zeros_like(mask)
+        ids = s.support[:, :width].to(mask.device)
+        has[:, : ids.shape[1]] = (ids >= 0).any(-1)
+        loss = loss - cfg.symbol_floor * aggregate(floor, reg & has, cfg.aggregation)
+        stats["symbol_logprob"] = float(aggregate(floor.detach(), mask & has, "token"))
     stats["pg_loss"] = float(loss.detach())
     stats["clip_frac"] = float(aggregate(((ratio - clipped).abs() > 0).float(), mask, "token"))
     return loss, stats
@@ -310,13 +372,19 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
     # One forward pass for the sampled completions and the demonstrations together.
     prompts = [s.prompts[i] for i in gen_rows + demo_rows]
     targets = [s.completions[i] for i in gen_rows] + [s.demos[i] for i in demo_rows]
-    scored = score_rows(t, prompts, targets, entropy=True, kl=t.reference is not None)
+    support = None
+    if s.support is not None:
+        support = torch.cat([s.support[gen_rows],
+                             s.support.new_full((len(demo_rows), *s.support.shape[1:]), -1)])
+    scored = score_rows(t, prompts, targets, entropy=True, kl=t.reference is not None,
+                        support=support)
     lp, mask = scored[:2]
     g = len(gen_rows)
     if gen_rows:
         sub = Samples(prompts[:g], targets[:g], s.old_logprobs[gen_rows], s.mask[gen_rows],
                       s.advantages[gen_rows],
-                      solved=s.solved[gen_rows] if s.solved is not None else None)
+                      solved=s.solved[gen_rows] if s.solved is not None else None,
+                      support=s.support[gen_rows] if s.support is not None else None)
         width = int(mask[:g].sum(-1).max())
         loss, stats = pg_terms(t, sub, cfg, tuple(x[:g, :width] for x in scored))
     if demo_rows:

@@ -134,6 +134,14 @@ class TrainConfig(BaseModel):
         "evaluations below 0.95 after solving instead of 40 or more, lowest 0.67 instead "
         "of 0.44, but seed 2 (never below 0.95 without it) dipped 6 times; lewis with 8 "
         "objects reached 1.0 after 520 iterations.")
+    symbol_floor: float = Field(
+        0.0, ge=0, description="Weight of a term that raises the mean log-probability of "
+        "the task's alphabet at each generated symbol (Task.symbols; every symbol must be "
+        "one token): it keeps every well-formed choice alive. The entropy bonus and the "
+        "KL term cannot revive a choice a policy has all but dropped, since their gradient "
+        "on a token's logit vanishes with its probability; this one's is p - 1/|alphabet|. "
+        "Measured on lewis with 8 objects, seed 0, whose listener answers 3 to no letter "
+        "(p < 0.0005) with the defaults: see README, Status. 0 (default): off.")
     aggregation: Literal["token", "sequence"] = Field(
         "token", description="token: mean over all tokens; sequence: mean of per-sequence means.")
     sft_coef: float = Field(0.0, ge=0, description="L = L_RL + sft_coef * L_SFT on the task "

@@ -91,7 +91,8 @@ class MAGRPO:
                   if self.cfg.demo_episodes and self.sft_coef > 0 else None)
         stats.update(rollout_cost("demo", oracle.rows if oracle is not None else []))
         for j, t in enumerate(self.trainables):
-            s = samples_for(t, self.team, batch, adv, self.sft_coef > 0, oracle)
+            s = samples_for(t, self.team, batch, adv, self.sft_coef > 0, oracle,
+                            support=self.cfg.symbol_floor > 0)
             order = derive_seed(seed, seeds.SHUFFLE, j)
             for k, v in update(t, s, self.cfg, self.sft_coef, order).items():
                 stats[k] = stats.get(k, 0.0) + v / len(self.trainables)

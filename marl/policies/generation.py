@@ -240,15 +240,18 @@ def completion_text(tokens: Sequence[int], decode: Callable[[list[int]], str],
 
 def score(model: CausalLM, prompts: Sequence[Sequence[int]],
           completions: Sequence[Sequence[int]], *, pad_id: int, temperature: float = 1.0,
-          entropy: bool = False, reference: CausalLM | None = None) -> tuple[torch.Tensor, ...]:
+          entropy: bool = False, reference: CausalLM | None = None,
+          support: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """Log-probs of given completions under the current parameters (differentiable).
 
     Returns ``logprobs, mask: (B, L)`` aligned with the completions (left-aligned, padded
     to the longest), plus the per-token entropy ``(B, L)`` of the same distribution when
     ``entropy``, plus, given a ``reference`` model, the exact per-token
     ``KL(π || π_ref) = Σ_v π(v) (log π(v) − log π_ref(v))`` over the whole vocabulary
-    ``(B, L)`` (differentiable in π; the reference runs without gradients). Uses the same
-    temperature convention as :func:`generate`.
+    ``(B, L)`` (differentiable in π; the reference runs without gradients), plus, given
+    ``support`` ``(B, L', A)`` (token ids, -1 for none; positions past ``L'`` have none),
+    the mean log-prob ``(B, L)`` of each position's support tokens (0 where it has none).
+    Uses the same temperature convention as :func:`generate`.
 
     Rows that repeat a prompt share its forward pass: the distinct prompts run once (a
     stem they all share, once, when that pays), and every completion continues from its
@@ -266,7 +269,26 @@ def score(model: CausalLM, prompts: Sequence[Sequence[int]],
             ref, _ = _log_dist(reference, prompts, completions, pad_id, temperature)
         kl = (logall.exp() * (logall - ref)).sum(-1)
         result.append(kl.masked_fill(~out_mask, 0.0))
+    if support is not None:
+        result.append(support_logprob(logall, support).masked_fill(~out_mask, 0.0))
     return tuple(result)
+
+
+def support_logprob(logall: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """Mean of ``logall (B, L, V)`` over each position's ``support (B, L', A)`` token ids
+    (-1 pads; positions from ``L'`` on, or with no id, give 0): ``(B, L)``.
+
+    >>> logall = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.1, 0.8]]]))
+    >>> support_logprob(logall, torch.tensor([[[0, 1], [2, -1]]])).exp()
+    tensor([[0.3536, 0.8000]])
+    """
+    b, n, _ = logall.shape
+    ids = support[:, :n].to(logall.device)
+    if ids.shape[1] < n:
+        ids = torch.cat([ids, ids.new_full((b, n - ids.shape[1], ids.shape[2]), -1)], 1)
+    valid = ids >= 0
+    picked = logall.gather(-1, ids.clamp(min=0)).masked_fill(~valid, 0.0)
+    return picked.sum(-1) / valid.sum(-1).clamp(min=1)
 
 
 def _log_dist(model: CausalLM, prompts: Sequence[Sequence[int]],

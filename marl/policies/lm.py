@@ -100,14 +100,15 @@ class LMPolicy(Policy):
         return completions
 
     def score(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-              entropy: bool = False, reference: CausalLM | None = None
-              ) -> tuple[torch.Tensor, ...]:
+              entropy: bool = False, reference: CausalLM | None = None,
+              support: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         """Log-probs ``(B, L)`` and mask of ``completions`` after ``prompts`` (with grad),
-        plus per-token entropies when ``entropy`` and KL to ``reference`` when given (see
+        plus per-token entropies when ``entropy``, KL to ``reference`` and the mean log-prob
+        of ``support`` tokens when given (see
         :func:`marl.policies.generation.score`)."""
         return score(self.model, prompts, completions, pad_id=self.tokenizer.pad_id,
                      temperature=self.sampling.temperature, entropy=entropy,
-                     reference=reference)
+                     reference=reference, support=support)
 
     def save(self, path: Path) -> Path:
         """Write the weights where ``--checkpoint`` / ``path:`` can load them."""

@@ -665,3 +665,10 @@ def test_trainer_turns_on_deterministic_algorithms_for_cpu_models(tmp_path, monk
     team = load_team(ROOT / "scenarios" / "signal.yaml")
     Trainer(team, TrainConfig(warmup_steps=0, iterations=1), tmp_path / "run")
     assert calls == [((True,), {"warn_only": True})]
+
+
+def test_symbol_floor_needs_a_task_that_names_its_alphabets(toy, tmp_path):
+    with pytest.raises(MarlError, match="symbol_floor needs the alphabet of every message.*"
+                                         "say_digit_v0.*set symbol_floor: 0"):
+        Trainer(toy, small(symbol_floor=0.1), tmp_path / "run")
+    assert not (tmp_path / "run").exists()

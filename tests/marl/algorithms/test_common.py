@@ -141,3 +141,55 @@ def test_a_policy_seed_of_zero_is_used():
     zero = build_policy(spec.model_copy(update={"seed": 0}), team.task, seed=5)
     run = build_policy(spec, team.task, seed=5)
     assert zero.generator.initial_seed() == 0 and run.generator.initial_seed() == 5
+
+
+def signal_samples(support: bool):
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    policies = build_policies(team, seed=0)
+    batch = collect(team, policies, episodes=4, group_size=4, seed=0)
+    ts = {t.name: t for t in trainables(team, policies, TrainConfig(kl_coef=0))}
+    adv = torch.zeros(len(batch.records), 2)
+    return ts, {n: samples_for(t, team, batch, adv, False, support=support)
+                for n, t in ts.items()}
+
+
+def test_samples_carry_each_calls_alphabet_as_token_ids():
+    ts, s = signal_samples(support=True)
+    tok = ts["listener"].policy.tokenizer
+    digits = [tok.encode(c)[0] for c in "0123"]  # signal: 4 objects, one-letter code
+    letters = [tok.encode(c)[0] for c in "abcdefghijklmnopqrstuvwxyz"]
+    assert s["listener"].support.shape == (16, 1, 4)
+    assert (s["listener"].support[:, 0] == torch.tensor(digits)).all()
+    assert s["speaker"].support.shape == (16, 1, 26)
+    assert (s["speaker"].support[:, 0] == torch.tensor(letters)).all()
+    assert signal_samples(support=False)[1]["listener"].support is None
+
+
+def answer_probs(t, s) -> torch.Tensor:
+    """The listener's probability of each of the 4 answers' symbol in the first row's
+    context (the first token of its answer)."""
+    tok = t.policy.tokenizer
+    with torch.no_grad():
+        lp, _ = t.policy.score([s.prompts[0]] * 4, [tok.encode(c) for c in "0123"])
+    return lp[:, 0].exp()
+
+
+def test_symbol_floor_lifts_every_answer_towards_its_share():
+    # No advantage, KL or entropy: the floor is the only term. It raises every answer the
+    # listener gives less than 1/4 (the entropy bonus's push on an answer vanishes with
+    # its probability; this one's does not), and without it nothing moves.
+    for floor in (0.0, 0.5):
+        ts, s = signal_samples(support=True)
+        t = ts["listener"]
+        before = answer_probs(t, s["listener"])
+        cfg = TrainConfig(kl_coef=0, entropy_coef=0, symbol_floor=floor, lr=3e-3)
+        for step in range(30):
+            update(t, s["listener"], cfg, 0.0, step)
+        after = answer_probs(t, s["listener"])
+        if floor == 0:
+            assert torch.equal(before, after)
+        else:
+            assert after.min() > 2 * before.min()
+            assert after.sum() > before.sum()
+            low = before < 0.25 * before.sum()  # below their share among the answers
+            assert low.any() and (after[low] > before[low]).all()
