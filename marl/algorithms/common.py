@@ -139,7 +139,10 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
                 old_logprobs=batch.logprobs[bi, ki], mask=mask, advantages=row_adv,
                 demos=demos, solved=batch.group_solved[bi])
     if support:
-        s.support = _pad_ids([symbol_ids(t, team, *_call(team, batch, k)) for _, k in rows])
+        alphabets: dict[tuple[str, bool], list[list[int]]] = {}
+        for call in {_call(team, batch, k) for k in slots}:
+            alphabets[call] = symbol_ids(t, team, *call)
+        s.support = _pad_ids([alphabets[_call(team, batch, k)] for _, k in rows])
     if oracle is None or not with_demos:
         return s
     extra = [(b, k) for b in range(len(oracle.records)) for k in oracle.slots(t.agents).tolist()]

@@ -140,8 +140,10 @@ class TrainConfig(BaseModel):
         "one token): it keeps every well-formed choice alive. The entropy bonus and the "
         "KL term cannot revive a choice a policy has all but dropped, since their gradient "
         "on a token's logit vanishes with its probability; this one's is p - 1/|alphabet|. "
-        "Measured on lewis with 8 objects, seed 0, whose listener answers 3 to no letter "
-        "(p < 0.0005) with the defaults: see README, Status. 0 (default): off.")
+        "On lewis with 8 objects, seed 0, whose listener with the defaults answers 3 to "
+        "no letter (p < 0.0005) and stays at 0.89, 0.01 reached 1.0 after 420 iterations; "
+        "on signal and lewis seeds where the defaults succeed it was slower (README, "
+        "Status). 0 (default): off.")
     aggregation: Literal["token", "sequence"] = Field(
         "token", description="token: mean over all tokens; sequence: mean of per-sequence means.")
     sft_coef: float = Field(0.0, ge=0, description="L = L_RL + sft_coef * L_SFT on the task "
