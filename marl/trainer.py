@@ -95,11 +95,11 @@ class Trainer:
         if not self.learner.trainables:
             raise MarlError(f"{team.name} has no trainable policy: give at least one policy "
                             "a model backend (tiny or hf) in the scenario.")
-        if cfg.symbol_floor > 0:  # every agent's alphabets as tokens, checked before training
-            for t, stage, final in itertools.product(self.learner.trainables, self.teams,
-                                                     (False, True)):
+        if cfg.symbol_floor > 0:  # the alphabets of every call as tokens, before training
+            for t, stage in itertools.product(self.learner.trainables, self.teams):
                 for agent in t.agents:
-                    symbol_ids(t, stage, agent, final)
+                    for final in {stage.is_final_call(agent, r) for r in range(stage.rounds)}:
+                        symbol_ids(t, stage, agent, final)
         if all(t.policy.model.device.type == "cpu" for t in self.learner.trainables):
             # Same seed and thread count, same run: with torch's default kernels two runs on
             # two threads drifted apart (1e-7 in the warm-up's 9th loss; signal seed 2 then

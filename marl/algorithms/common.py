@@ -258,8 +258,10 @@ def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = F
              for p, c in zip(prompts, completions, strict=True)]
     unique = list(keys)
     if support is not None:  # equal rows are one agent's call: their alphabets are equal
-        first = dict(zip(reversed(index), reversed(range(len(index))), strict=True))
-        support = support[[first[u] for u in range(len(unique))]]
+        first: dict[int, int] = {}
+        for row, u in enumerate(index):
+            first.setdefault(u, row)
+        support = support[list(first.values())]
     out = t.policy.score([p for p, _ in unique], [list(c) for _, c in unique], entropy=entropy,
                          reference=t.reference if kl else None, support=support)
     rows = torch.tensor(index, device=out[0].device)
@@ -293,7 +295,7 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
         loss = loss + cfg.kl_coef * aggregate(kl_tok[0], reg, cfg.aggregation)
         stats["kl"] = float(aggregate(kl_tok[0].detach(), mask, cfg.aggregation))
     if s.support is not None:
-        floor, width = rest[-1], lp.shape[1]
+        floor = rest[-1]
         has = torch.zeros_like(mask)
         ids = s.support[:, :width].to(mask.device)
         has[:, : ids.shape[1]] = (ids >= 0).any(-1)
