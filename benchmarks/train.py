@@ -111,8 +111,16 @@ def target_run(scenario: str | dict, target: float, budget: float, out: Path,
     label = " [uses the oracle]" if trainer.cfg.uses_oracle else ""
     rows = [r for r in trainer.rows if "eval_success_rate" in r and r["phase"] == "rl"]
     held = [r["eval_holdout_success_rate"] for r in rows if "eval_holdout_success_rate" in r]
-    found = (f"best eval success {best['eval_success_rate']:.3f} at iteration "
-             f"{best['iteration']}" if best["iteration"] is not None else "no evaluation")
+    if best["iteration"] is not None:
+        found = (f"best eval success {best['eval_success_rate']:.3f} at iteration "
+                 f"{best['iteration']}")
+    elif rows:  # a curriculum that never reached its last stage, where "best" is kept
+        top = max(rows, key=lambda r: r["eval_success_rate"])
+        found = (f"no evaluation in the last stage; best eval success "
+                 f"{top['eval_success_rate']:.3f} at iteration {top['iteration']} (stage "
+                 f"{top['stage']})")
+    else:
+        found = "no evaluation"
     print(f"{name}{label}: {found}; target {target} "
           + (f"reached after {reached:.0f} s" if reached is not None else
              f"not reached within {budget:.0f} s")

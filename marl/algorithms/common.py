@@ -7,12 +7,18 @@ Loss (per policy, tokens t of its agents' completions, advantage A)::
     L_pg   = −min(ratio·A, clip(ratio, 1 − clip_low, 1 + clip_high)·A)      (clip-higher)
     L      = agg(L_pg) + kl_coef·agg(KL(π ‖ π_ref)) − entropy_coef·agg(H) + sft_coef·L_SFT
              − symbol_floor·agg(mean over s in S_t of log π(s))
+             − mean over answer positions t of mean over s in S_t of
+               min(log π̄_t(s) − log(answer_floor/|S_t|), 0)
 
 KL and the entropy H are exact, over the whole vocabulary at each token; π_ref is the
 policy RL started from (after the warm-up). S_t is the task's alphabet at token t's
-position (``Task.symbols``): the last term keeps every well-formed choice alive, which the
-entropy and KL terms cannot (their gradient on a token's logit vanishes with its
-probability, while this one's is ``π(s) − 1/|S_t|``).
+position (``Task.symbols``): the symbol-floor term keeps every well-formed choice alive,
+which the entropy and KL terms cannot (their gradient on a token's logit vanishes with its
+probability, while this one's is ``π(s) − 1/|S_t|``). π̄_t is the policy's answer
+distribution at position t averaged over the batch's answers with that alphabet: the
+answer-floor term lifts only an answer the team (almost) never gives, whatever it read,
+to ``answer_floor`` times its share ``1/|S_t|``, and is 0, with no gradient, while every
+answer is given at least that often, as in a solved team whose targets are uniform.
 
 With one epoch the ratio is 1 and this is MAGRPO's REINFORCE gradient −A·∇log π. ``agg`` is
 the token mean (``token``) or the mean of per-sequence means (``sequence``). L_SFT is the
@@ -25,6 +31,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -113,17 +120,21 @@ class Samples:
     demos: list[list[int]] = field(default_factory=list)
     # (S,): the sample's group succeeded in every rollout (nothing left to explore there).
     solved: torch.Tensor | None = None
-    # (S, L', A): token ids of the task's alphabet at each position, -1 pads (symbol_floor).
+    # (S, L', A): token ids of the task's alphabet at each position, -1 pads (symbol_floor,
+    # answer_floor).
     support: torch.Tensor | None = None
+    # (S,): the row is an answer (its agent's final call).
+    answer: torch.Tensor | None = None
 
 
 def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
                 with_demos: bool, oracle: EpisodeBatch | None = None,
-                support: bool = False) -> Samples:
+                support: Literal["all", "answers"] | None = None) -> Samples:
     """Rows of ``t``'s agents; ``adv`` is ``(B, N)`` per-agent advantages (or ``(B, K, L)``
     per-token ones). ``oracle``: episodes played by the task oracle, whose calls are added
-    as demonstration-only rows (no completion, advantage 0). ``support``: with each row's
-    alphabets as token ids (see :func:`symbol_ids`)."""
+    as demonstration-only rows (no completion, advantage 0). ``support``: with the
+    alphabets (token ids, see :func:`symbol_ids`) of every row or of answer rows only (see
+    :func:`support_kind`)."""
     slots = batch.slots(t.agents).tolist()
     rows = [(b, k) for b in range(len(batch.records)) for k in slots]
     demos = [_demo_ids(t, team, batch, b, k) for b, k in rows] if with_demos else []
@@ -138,11 +149,11 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
                 completions=[batch.tokens[b, k][batch.mask[b, k]].tolist() for b, k in rows],
                 old_logprobs=batch.logprobs[bi, ki], mask=mask, advantages=row_adv,
                 demos=demos, solved=batch.group_solved[bi])
+    calls = {k: _call(team, batch, k) for k in slots}
+    s.answer = torch.tensor([calls[k][1] for _, k in rows], dtype=torch.bool)
     if support:
-        alphabets: dict[tuple[str, bool], list[list[int]]] = {}
-        for call in {_call(team, batch, k) for k in slots}:
-            alphabets[call] = symbol_ids(t, team, *call)
-        s.support = _pad_ids([alphabets[_call(team, batch, k)] for _, k in rows])
+        alphabets = {call: _alphabet(t, team, call, support) for call in set(calls.values())}
+        s.support = _pad_ids([alphabets[calls[k]] for _, k in rows])
     if oracle is None or not with_demos:
         return s
     extra = [(b, k) for b in range(len(oracle.records)) for k in oracle.slots(t.agents).tolist()]
@@ -156,8 +167,21 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
         advantages=torch.cat([s.advantages, s.advantages.new_zeros(n, *s.advantages.shape[1:])]),
         demos=s.demos + [_demo_ids(t, team, oracle, b, k) for b, k in extra],
         solved=torch.cat([s.solved, s.solved.new_zeros(n)]),
+        answer=torch.cat([s.answer, s.answer.new_zeros(n)]),
         support=None if s.support is None else torch.cat(
             [s.support, s.support.new_full((n, *s.support.shape[1:]), -1)]))
+
+
+def _alphabet(t: Trainable, team: Team, call: tuple[str, bool],
+              support: Literal["all", "answers"]) -> list[list[int]]:
+    """A call's alphabets for ``support``: every call's (``symbol_floor``, which the trainer
+    checked could be had), or an answer's where the task and tokenizer give one."""
+    if support == "all":
+        return symbol_ids(t, team, *call)
+    try:
+        return symbol_ids(t, team, *call) if call[1] else []
+    except MarlError:  # answer_floor skips such answers; the trainer said so at start
+        return []
 
 
 def _call(team: Team, batch: EpisodeBatch, k: int) -> tuple[str, bool]:
@@ -166,22 +190,30 @@ def _call(team: Team, batch: EpisodeBatch, k: int) -> tuple[str, bool]:
     return agent, team.is_final_call(agent, int(batch.call_round[k]))
 
 
+def support_kind(cfg: TrainConfig) -> Literal["all", "answers"] | None:
+    """Which rows' alphabets the loss needs: every row's (``symbol_floor``), the answers'
+    (``answer_floor``) or none."""
+    if cfg.symbol_floor > 0:
+        return "all"
+    return "answers" if cfg.answer_floor > 0 else None
+
+
 def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[int]]:
     """The task's alphabet at each position of ``agent``'s message (answer when ``final``)
-    as token ids of ``t``'s tokenizer: one token per symbol, as ``symbol_floor`` needs."""
+    as token ids of ``t``'s tokenizer, one token per symbol (as ``symbol_floor`` and
+    ``answer_floor`` need); a :class:`MarlError` saying why where there is none."""
+    what = "answers" if final else "messages"
     symbols = team.task.symbols(agent, final)
     if symbols is None:
-        raise MarlError(f"symbol_floor needs the alphabet of every message, and task "
-                        f"{team.task.id} does not name one (Task.symbols returns None); set "
-                        "symbol_floor: 0 for this task.")
+        raise MarlError(f"task {team.task.id} names no alphabet for {agent}'s {what} "
+                        "(Task.symbols returns None)")
     out = []
     for alphabet in symbols:
         ids = [t.policy.tokenizer.encode(c) for c in alphabet]
         if any(len(i) != 1 for i in ids):
             bad = next(c for c, i in zip(alphabet, ids, strict=True) if len(i) != 1)
-            raise MarlError(f"symbol_floor needs every symbol to be one token, and policy "
-                            f"{t.name}'s tokenizer splits {bad!r} of {team.task.id}'s alphabet "
-                            "into several; set symbol_floor: 0 for this policy's tokenizer.")
+            raise MarlError(f"policy {t.name}'s tokenizer splits {bad!r} of "
+                            f"{team.task.id}'s alphabet into several tokens")
         out.append([i[0] for i in ids])
     return out
 
@@ -271,9 +303,10 @@ def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = F
 def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
              scored: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, dict]:
     """The RL part of the loss for rows ``s`` (all with at least one generated token);
-    ``scored``: their ``(logprobs, mask, entropy[, kl][, floor])`` if already computed
-    (``kl``: per token, to the reference, when the policy has one; ``floor``: the mean
-    log-prob of each token's alphabet, when ``s`` has a support)."""
+    ``scored``: their ``(logprobs, mask, entropy[, kl][, symbols])`` if already computed
+    (``kl``: per token, to the reference, when the policy has one; ``symbols``: the
+    log-prob ``(S, L, A)`` of each symbol of each token's alphabet, when ``s`` has a
+    support)."""
     lp, mask, ent, *rest = scored or score_rows(t, s.prompts, s.completions, entropy=True,
                                                 kl=t.reference is not None, support=s.support)
     kl_tok = rest[:1] if t.reference is not None else []
@@ -295,15 +328,59 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
         loss = loss + cfg.kl_coef * aggregate(kl_tok[0], reg, cfg.aggregation)
         stats["kl"] = float(aggregate(kl_tok[0].detach(), mask, cfg.aggregation))
     if s.support is not None:
-        floor = rest[-1]
-        has = torch.zeros_like(mask)
-        ids = s.support[:, :width].to(mask.device)
-        has[:, : ids.shape[1]] = (ids >= 0).any(-1)
-        loss = loss - cfg.symbol_floor * aggregate(floor, reg & has, cfg.aggregation)
-        stats["symbol_logprob"] = float(aggregate(floor.detach(), mask & has, "token"))
+        symbols = rest[-1]
+        ids = torch.full(symbols.shape, -1, dtype=torch.long, device=mask.device)
+        n = min(width, s.support.shape[1])
+        ids[:, :n, : s.support.shape[2]] = s.support[:, :n].to(mask.device)
+        valid = ids >= 0
+        has = mask & valid.any(-1)
+        if cfg.symbol_floor > 0:
+            floor = (symbols * valid).sum(-1) / valid.sum(-1).clamp(min=1)
+            loss = loss - cfg.symbol_floor * aggregate(floor, reg & has, cfg.aggregation)
+            stats["symbol_logprob"] = float(aggregate(floor.detach(), has, "token"))
+        if cfg.answer_floor > 0:
+            answers = has & s.answer.to(mask.device)[:, None]
+            gap, rare = answer_floor_gap(symbols, ids, answers, cfg.answer_floor)
+            loss = loss - gap
+            stats["rare_answers"] = rare
     stats["pg_loss"] = float(loss.detach())
     stats["clip_frac"] = float(aggregate(((ratio - clipped).abs() > 0).float(), mask, "token"))
     return loss, stats
+
+
+def answer_floor_gap(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,
+                     floor: float) -> tuple[torch.Tensor, float]:
+    """How far the batch's answers fall short of giving each symbol ``floor`` times its
+    share: the mean over answer positions (grouped by position and alphabet, weighted by
+    their count) of ``mean_s min(log π̄(s) − log(floor/|S|), 0)``, where π̄ averages
+    ``symbols.exp()`` ``(S, L, A)`` over a group's rows; ``ids`` ``(S, L, A)`` holds the
+    alphabets' token ids (-1 pads) and ``rows`` ``(S, L)`` the answer tokens. Also the
+    share of (group, symbol) pairs below the floor.
+
+    >>> lp = torch.log(torch.tensor([[[0.5, 0.5, 1e-6]], [[0.7, 0.3, 1e-6]]]))
+    >>> gap, rare = answer_floor_gap(lp, torch.tensor([[[4, 5, 6]]] * 2),
+    ...                              torch.ones(2, 1, dtype=torch.bool), 0.3)
+    >>> rare  # symbol 6 is never answered; the others are, more than 0.3/3 of the time
+    0.3333333333333333
+    """
+    total = symbols.new_zeros(())
+    count, below, pairs = 0, 0, 0
+    for t in range(symbols.shape[1]):
+        at = rows[:, t]
+        if not at.any():
+            continue
+        keys, group = torch.unique(ids[at, t], dim=0, return_inverse=True)
+        lp = symbols[at, t]
+        for g, key in enumerate(keys):
+            valid = key >= 0
+            members = lp[group == g][:, valid]
+            mean = torch.logsumexp(members, 0) - math.log(len(members))
+            short = (mean - math.log(floor / int(valid.sum()))).clamp(max=0)
+            total = total + len(members) * short.mean()
+            count += len(members)
+            below += int((short < 0).sum())
+            pairs += int(valid.sum())
+    return total / max(count, 1), below / max(pairs, 1)
 
 
 def regularized(s: Samples, mask: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
@@ -389,7 +466,8 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
         sub = Samples(prompts[:g], targets[:g], s.old_logprobs[gen_rows], s.mask[gen_rows],
                       s.advantages[gen_rows],
                       solved=s.solved[gen_rows] if s.solved is not None else None,
-                      support=s.support[gen_rows] if s.support is not None else None)
+                      support=s.support[gen_rows] if s.support is not None else None,
+                      answer=s.answer[gen_rows] if s.answer is not None else None)
         width = int(mask[:g].sum(-1).max())
         loss, stats = pg_terms(t, sub, cfg, tuple(x[:g, :width] for x in scored))
     if demo_rows:

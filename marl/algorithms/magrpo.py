@@ -23,6 +23,7 @@ from marl.algorithms.common import (
     oracle_episodes,
     rollout_cost,
     samples_for,
+    support_kind,
     trainables,
     update,
 )
@@ -92,7 +93,7 @@ class MAGRPO:
         stats.update(rollout_cost("demo", oracle.rows if oracle is not None else []))
         for j, t in enumerate(self.trainables):
             s = samples_for(t, self.team, batch, adv, self.sft_coef > 0, oracle,
-                            support=self.cfg.symbol_floor > 0)
+                            support=support_kind(self.cfg))
             order = derive_seed(seed, seeds.SHUFFLE, j)
             for k, v in update(t, s, self.cfg, self.sft_coef, order).items():
                 stats[k] = stats.get(k, 0.0) + v / len(self.trainables)

@@ -250,7 +250,7 @@ def score(model: CausalLM, prompts: Sequence[Sequence[int]],
     ``KL(π || π_ref) = Σ_v π(v) (log π(v) − log π_ref(v))`` over the whole vocabulary
     ``(B, L)`` (differentiable in π; the reference runs without gradients), plus, given
     ``support`` ``(B, L', A)`` (token ids, -1 for none; positions past ``L'`` have none),
-    the mean log-prob ``(B, L)`` of each position's support tokens (0 where it has none).
+    the log-prob ``(B, L, A)`` of each position's support tokens (0 where there is none).
     Uses the same temperature convention as :func:`generate`.
 
     Rows that repeat a prompt share its forward pass: the distinct prompts run once (a
@@ -270,25 +270,24 @@ def score(model: CausalLM, prompts: Sequence[Sequence[int]],
         kl = (logall.exp() * (logall - ref)).sum(-1)
         result.append(kl.masked_fill(~out_mask, 0.0))
     if support is not None:
-        result.append(support_logprob(logall, support).masked_fill(~out_mask, 0.0))
+        result.append(support_logprobs(logall, support).masked_fill(~out_mask[..., None], 0.0))
     return tuple(result)
 
 
-def support_logprob(logall: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
-    """Mean of ``logall (B, L, V)`` over each position's ``support (B, L', A)`` token ids
-    (-1 pads; positions from ``L'`` on, or with no id, give 0): ``(B, L)``.
+def support_logprobs(logall: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """``logall (B, L, V)`` at each position's ``support (B, L', A)`` token ids: ``(B, L, A)``
+    (-1 pads, and positions from ``L'`` on, give 0).
 
     >>> logall = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.1, 0.8]]]))
-    >>> support_logprob(logall, torch.tensor([[[0, 1], [2, -1]]])).exp()
-    tensor([[0.3536, 0.8000]])
+    >>> support_logprobs(logall, torch.tensor([[[0, 1], [2, -1]]])).exp()
+    tensor([[[0.5000, 0.2500],
+             [0.8000, 1.0000]]])
     """
     b, n, _ = logall.shape
     ids = support[:, :n].to(logall.device)
     if ids.shape[1] < n:
         ids = torch.cat([ids, ids.new_full((b, n - ids.shape[1], ids.shape[2]), -1)], 1)
-    valid = ids >= 0
-    picked = logall.gather(-1, ids.clamp(min=0)).masked_fill(~valid, 0.0)
-    return picked.sum(-1) / valid.sum(-1).clamp(min=1)
+    return logall.gather(-1, ids.clamp(min=0)).masked_fill(ids < 0, 0.0)
 
 
 def _log_dist(model: CausalLM, prompts: Sequence[Sequence[int]],

@@ -103,8 +103,8 @@ class LMPolicy(Policy):
               entropy: bool = False, reference: CausalLM | None = None,
               support: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         """Log-probs ``(B, L)`` and mask of ``completions`` after ``prompts`` (with grad),
-        plus per-token entropies when ``entropy``, KL to ``reference`` and the mean log-prob
-        of ``support`` tokens when given (see
+        plus per-token entropies when ``entropy``, KL to ``reference`` and the log-probs of
+        ``support`` tokens when given (see
         :func:`marl.policies.generation.score`)."""
         return score(self.model, prompts, completions, pad_id=self.tokenizer.pad_id,
                      temperature=self.sampling.temperature, entropy=entropy,

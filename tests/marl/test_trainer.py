@@ -668,7 +668,18 @@ def test_trainer_turns_on_deterministic_algorithms_for_cpu_models(tmp_path, monk
 
 
 def test_symbol_floor_needs_a_task_that_names_its_alphabets(toy, tmp_path):
-    with pytest.raises(MarlError, match="symbol_floor needs the alphabet of every message.*"
-                                         "say_digit_v0.*set symbol_floor: 0"):
+    with pytest.raises(MarlError, match="symbol_floor needs every symbol of every message as "
+                                        "one token, but task say_digit_v0 names no alphabet "
+                                        "for a's answers.*set symbol_floor: 0"):
         Trainer(toy, small(symbol_floor=0.1), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_answer_floor_skips_answers_without_an_alphabet_and_says_so(toy, tmp_path):
+    said = []
+    trainer = Trainer(toy, small(answer_floor=0.1, iterations=2), tmp_path / "run",
+                      log=said.append)
+    assert said == ["answer_floor does not apply to a's answers: task say_digit_v0 names no "
+                    "alphabet for a's answers (Task.symbols returns None)."]
+    rows = [trainer.step() for _ in range(2)]
+    assert all(r["rare_answers"] == 0.0 for r in rows)

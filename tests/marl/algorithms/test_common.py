@@ -143,7 +143,7 @@ def test_a_policy_seed_of_zero_is_used():
     assert zero.generator.initial_seed() == 0 and run.generator.initial_seed() == 5
 
 
-def signal_samples(support: bool):
+def signal_samples(support):
     team = load_team(ROOT / "scenarios" / "signal.yaml")
     policies = build_policies(team, seed=0)
     batch = collect(team, policies, episodes=4, group_size=4, seed=0)
@@ -154,7 +154,7 @@ def signal_samples(support: bool):
 
 
 def test_samples_carry_each_calls_alphabet_as_token_ids():
-    ts, s = signal_samples(support=True)
+    ts, s = signal_samples(support="all")
     tok = ts["listener"].policy.tokenizer
     digits = [tok.encode(c)[0] for c in "0123"]  # signal: 4 objects, one-letter code
     letters = [tok.encode(c)[0] for c in "abcdefghijklmnopqrstuvwxyz"]
@@ -162,7 +162,11 @@ def test_samples_carry_each_calls_alphabet_as_token_ids():
     assert (s["listener"].support[:, 0] == torch.tensor(digits)).all()
     assert s["speaker"].support.shape == (16, 1, 26)
     assert (s["speaker"].support[:, 0] == torch.tensor(letters)).all()
-    assert signal_samples(support=False)[1]["listener"].support is None
+    assert s["listener"].answer.all() and not s["speaker"].answer.any()
+    _, answers = signal_samples(support="answers")  # answer_floor: the answers' only
+    assert torch.equal(answers["listener"].support, s["listener"].support)
+    assert (answers["speaker"].support == -1).all()
+    assert signal_samples(support=None)[1]["listener"].support is None
 
 
 def answer_probs(t, s) -> torch.Tensor:
@@ -175,14 +179,16 @@ def answer_probs(t, s) -> torch.Tensor:
 
 
 def test_symbol_floor_lifts_every_answer_towards_its_share():
-    # No advantage, KL or entropy: the floor is the only term. It raises every answer the
-    # listener gives less than 1/4 (the entropy bonus's push on an answer vanishes with
-    # its probability; this one's does not), and without it nothing moves.
+    # No advantage, KL, entropy or answer floor: the symbol floor is the only term. It
+    # raises every answer the listener gives less than 1/4 (the entropy bonus's push on an
+    # answer vanishes with its probability; this one's does not), and without it nothing
+    # moves.
     for floor in (0.0, 0.5):
-        ts, s = signal_samples(support=True)
+        ts, s = signal_samples(support="all")
         t = ts["listener"]
         before = answer_probs(t, s["listener"])
-        cfg = TrainConfig(kl_coef=0, entropy_coef=0, symbol_floor=floor, lr=3e-3)
+        cfg = TrainConfig(kl_coef=0, entropy_coef=0, symbol_floor=floor, answer_floor=0,
+                          lr=3e-3)
         for step in range(30):
             update(t, s["listener"], cfg, 0.0, step)
         after = answer_probs(t, s["listener"])
@@ -193,3 +199,21 @@ def test_symbol_floor_lifts_every_answer_towards_its_share():
             assert after.sum() > before.sum()
             low = before < 0.25 * before.sum()  # below their share among the answers
             assert low.any() and (after[low] > before[low]).all()
+
+
+def test_answer_floor_lifts_answers_given_too_rarely_and_nothing_else():
+    # No advantage, KL or entropy. The untrained listener gives each answer about 1/97 of
+    # the time: below half its share (0.5 / 4), so the term lifts all four; with a floor
+    # every answer already clears (1e-6 / 4), the term is 0 and nothing moves.
+    for floor in (1e-6, 0.5):
+        ts, s = signal_samples(support="answers")
+        t = ts["listener"]
+        before = answer_probs(t, s["listener"])
+        cfg = TrainConfig(kl_coef=0, entropy_coef=0, answer_floor=floor, lr=3e-3)
+        rare = [update(t, s["listener"], cfg, 0.0, step)["rare_answers"] for step in range(30)]
+        after = answer_probs(t, s["listener"])
+        if floor < 1e-3:
+            assert torch.equal(before, after) and rare == [0.0] * 30
+        else:
+            assert (before < floor / 4).all() and rare[0] == 1.0
+            assert (after > 3 * before).all()
