@@ -52,6 +52,10 @@ meets few enough observations to memorise them; elsewhere they teach an output t
 the input. Measured on ``relay_chain`` with ``fact_length`` 1 → 2 → 4 (676 and 456,976
 facts in the later stages): after 600 steps the greedy source wrote one letter whatever its
 1-letter fact, while 200 steps on the first stage alone made its letter follow the fact.
+An agent that meets many observations needs more steps to learn its habits: on that
+first stage alone (26 facts), after 200 steps the source's greedy letters for 22 facts
+took 9-12 values, after 800 steps 22, and only then (with a weaker entropy bonus, 0.01)
+did three- and five-agent chains learn from reward (README, Status).
 """
 
 from __future__ import annotations
