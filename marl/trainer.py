@@ -32,7 +32,6 @@ derives from (seed, step), so on CPU the resumed metrics equal an uninterrupted 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
 import shutil
 import sys
@@ -47,7 +46,8 @@ from pydantic import ValidationError
 
 from marl import seeds
 from marl.algorithms import learner_class
-from marl.algorithms.common import begin_rl, reference_weights, support_kind, symbol_ids
+from marl.algorithms.alphabets import check_alphabets
+from marl.algorithms.common import begin_rl, reference_weights
 from marl.algorithms.config import TrainConfig
 from marl.algorithms.warmup import Habits, warmup_step
 from marl.curriculum import stage_name, stage_teams, variant
@@ -95,8 +95,7 @@ class Trainer:
         if not self.learner.trainables:
             raise MarlError(f"{team.name} has no trainable policy: give at least one policy "
                             "a model backend (tiny or hf) in the scenario.")
-        if support_kind(cfg):
-            self._check_alphabets()
+        check_alphabets(self.learner.trainables, self.teams, cfg, self.log)
         if all(t.policy.model.device.type == "cpu" for t in self.learner.trainables):
             # Same seed and thread count, same run: with torch's default kernels two runs on
             # two threads drifted apart (1e-7 in the warm-up's 9th loss; signal seed 2 then
@@ -123,28 +122,6 @@ class Trainer:
         elif (self.out / "metrics.jsonl").exists() and not append:
             raise MarlError(f"{self.out} already holds a run; pass --resume to continue it "
                             "or choose another --out.")
-
-    def _check_alphabets(self) -> None:
-        """Before training: ``symbol_floor`` needs every call's alphabet as tokens (an
-        error naming the fix otherwise); ``answer_floor`` skips answers without one (said
-        here, once)."""
-        kind = support_kind(self.cfg)
-        skipped: dict[str, str] = {}
-        for t, stage in itertools.product(self.learner.trainables, self.teams):
-            for agent in t.agents:
-                for final in {stage.is_final_call(agent, r) for r in range(stage.rounds)}:
-                    if kind == "answers" and not final:
-                        continue
-                    try:
-                        symbol_ids(t, stage, agent, final)
-                    except MarlError as e:
-                        if kind == "all":
-                            raise MarlError(f"symbol_floor needs every symbol of every message "
-                                            f"as one token, but {e}; set symbol_floor: 0."
-                                            ) from None
-                        skipped.setdefault(agent, str(e))
-        for agent, why in skipped.items():
-            self.log(f"answer_floor does not apply to {agent}'s answers: {why}.")
 
     @property
     def team(self) -> Team:

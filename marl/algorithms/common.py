@@ -36,8 +36,8 @@ from typing import Literal
 import torch
 
 from marl import seeds
+from marl.algorithms.alphabets import alphabet, answer_floor_gap, pad_ids
 from marl.algorithms.config import TrainConfig
-from marl.errors import MarlError
 from marl.ledger import Ledger, LedgerRow
 from marl.policies.lm import LMPolicy
 from marl.policies.scripted import ScriptedPolicy
@@ -133,8 +133,8 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
     """Rows of ``t``'s agents; ``adv`` is ``(B, N)`` per-agent advantages (or ``(B, K, L)``
     per-token ones). ``oracle``: episodes played by the task oracle, whose calls are added
     as demonstration-only rows (no completion, advantage 0). ``support``: with the
-    alphabets (token ids, see :func:`symbol_ids`) of every row or of answer rows only (see
-    :func:`support_kind`)."""
+    alphabets (token ids, see :func:`marl.algorithms.alphabets.symbol_ids`) of every row
+    or of answer rows only (see :func:`marl.algorithms.alphabets.support_kind`)."""
     slots = batch.slots(t.agents).tolist()
     rows = [(b, k) for b in range(len(batch.records)) for k in slots]
     demos = [_demo_ids(t, team, batch, b, k) for b, k in rows] if with_demos else []
@@ -152,8 +152,8 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
     calls = {k: _call(team, batch, k) for k in slots}
     s.answer = torch.tensor([calls[k][1] for _, k in rows], dtype=torch.bool)
     if support:
-        alphabets = {call: _alphabet(t, team, call, support) for call in set(calls.values())}
-        s.support = _pad_ids([alphabets[calls[k]] for _, k in rows])
+        alphabets = {call: alphabet(t, team, call, support) for call in set(calls.values())}
+        s.support = pad_ids([alphabets[calls[k]] for _, k in rows])
     if oracle is None or not with_demos:
         return s
     extra = [(b, k) for b in range(len(oracle.records)) for k in oracle.slots(t.agents).tolist()]
@@ -172,61 +172,10 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
             [s.support, s.support.new_full((n, *s.support.shape[1:]), -1)]))
 
 
-def _alphabet(t: Trainable, team: Team, call: tuple[str, bool],
-              support: Literal["all", "answers"]) -> list[list[int]]:
-    """A call's alphabets for ``support``: every call's (``symbol_floor``, which the trainer
-    checked could be had), or an answer's where the task and tokenizer give one."""
-    if support == "all":
-        return symbol_ids(t, team, *call)
-    try:
-        return symbol_ids(t, team, *call) if call[1] else []
-    except MarlError:  # answer_floor skips such answers; the trainer said so at start
-        return []
-
-
 def _call(team: Team, batch: EpisodeBatch, k: int) -> tuple[str, bool]:
     """The agent of call slot ``k`` and whether that call is its answer."""
     agent = batch.agents[int(batch.call_agent[k])]
     return agent, team.is_final_call(agent, int(batch.call_round[k]))
-
-
-def support_kind(cfg: TrainConfig) -> Literal["all", "answers"] | None:
-    """Which rows' alphabets the loss needs: every row's (``symbol_floor``), the answers'
-    (``answer_floor``) or none."""
-    if cfg.symbol_floor > 0:
-        return "all"
-    return "answers" if cfg.answer_floor > 0 else None
-
-
-def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[int]]:
-    """The task's alphabet at each position of ``agent``'s message (answer when ``final``)
-    as token ids of ``t``'s tokenizer, one token per symbol (as ``symbol_floor`` and
-    ``answer_floor`` need); a :class:`MarlError` saying why where there is none."""
-    what = "answers" if final else "messages"
-    symbols = team.task.symbols(agent, final)
-    if symbols is None:
-        raise MarlError(f"task {team.task.id} names no alphabet for {agent}'s {what} "
-                        "(Task.symbols returns None)")
-    out = []
-    for alphabet in symbols:
-        ids = [t.policy.tokenizer.encode(c) for c in alphabet]
-        if any(len(i) != 1 for i in ids):
-            bad = next(c for c, i in zip(alphabet, ids, strict=True) if len(i) != 1)
-            raise MarlError(f"policy {t.name}'s tokenizer splits {bad!r} of "
-                            f"{team.task.id}'s alphabet into several tokens")
-        out.append([i[0] for i in ids])
-    return out
-
-
-def _pad_ids(rows: list[list[list[int]]]) -> torch.Tensor:
-    """Ragged ``[row][position][id]`` lists as a ``(S, L, A)`` tensor padded with -1."""
-    n = max((len(r) for r in rows), default=0)
-    a = max((len(p) for r in rows for p in r), default=0)
-    out = torch.full((len(rows), n, a), -1, dtype=torch.long)
-    for i, r in enumerate(rows):
-        for j, p in enumerate(r):
-            out[i, j, : len(p)] = torch.tensor(p, dtype=torch.long)
-    return out
 
 
 def _demo_ids(t: Trainable, team: Team, batch: EpisodeBatch, b: int, k: int) -> list[int]:
@@ -346,41 +295,6 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
     stats["pg_loss"] = float(loss.detach())
     stats["clip_frac"] = float(aggregate(((ratio - clipped).abs() > 0).float(), mask, "token"))
     return loss, stats
-
-
-def answer_floor_gap(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,
-                     floor: float) -> tuple[torch.Tensor, float]:
-    """How far the batch's answers fall short of giving each symbol ``floor`` times its
-    share: the mean over answer positions (grouped by position and alphabet, weighted by
-    their count) of ``mean_s min(log π̄(s) − log(floor/|S|), 0)``, where π̄ averages
-    ``symbols.exp()`` ``(S, L, A)`` over a group's rows; ``ids`` ``(S, L, A)`` holds the
-    alphabets' token ids (-1 pads) and ``rows`` ``(S, L)`` the answer tokens. Also the
-    share of (group, symbol) pairs below the floor.
-
-    >>> lp = torch.log(torch.tensor([[[0.5, 0.5, 1e-6]], [[0.7, 0.3, 1e-6]]]))
-    >>> gap, rare = answer_floor_gap(lp, torch.tensor([[[4, 5, 6]]] * 2),
-    ...                              torch.ones(2, 1, dtype=torch.bool), 0.3)
-    >>> rare  # symbol 6 is never answered; the others are, more than 0.3/3 of the time
-    0.3333333333333333
-    """
-    total = symbols.new_zeros(())
-    count, below, pairs = 0, 0, 0
-    for t in range(symbols.shape[1]):
-        at = rows[:, t]
-        if not at.any():
-            continue
-        keys, group = torch.unique(ids[at, t], dim=0, return_inverse=True)
-        lp = symbols[at, t]
-        for g, key in enumerate(keys):
-            valid = key >= 0
-            members = lp[group == g][:, valid]
-            mean = torch.logsumexp(members, 0) - math.log(len(members))
-            short = (mean - math.log(floor / int(valid.sum()))).clamp(max=0)
-            total = total + len(members) * short.mean()
-            count += len(members)
-            below += int((short < 0).sum())
-            pairs += int(valid.sum())
-    return total / max(count, 1), below / max(pairs, 1)
 
 
 def regularized(s: Samples, mask: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:

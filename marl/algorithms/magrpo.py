@@ -18,12 +18,12 @@ from __future__ import annotations
 import torch
 
 from marl import seeds
+from marl.algorithms.alphabets import support_kind
 from marl.algorithms.common import (
     Trainable,
     oracle_episodes,
     rollout_cost,
     samples_for,
-    support_kind,
     trainables,
     update,
 )

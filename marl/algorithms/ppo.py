@@ -50,6 +50,7 @@ import torch
 from torch import nn
 
 from marl import seeds
+from marl.algorithms.alphabets import support_kind
 from marl.algorithms.common import (
     Trainable,
     adam,
@@ -57,7 +58,6 @@ from marl.algorithms.common import (
     oracle_episodes,
     rollout_cost,
     samples_for,
-    support_kind,
     trainables,
     update,
 )

@@ -1,0 +1,130 @@
+"""The task's alphabets in the loss: which calls' alphabets a run needs, as token ids
+(``symbol_floor``: every call's; ``answer_floor``: the answers'), checked before training,
+and the answer floor's term (see :mod:`marl.algorithms.common` for the whole loss)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from marl.algorithms.config import TrainConfig
+from marl.errors import MarlError
+from marl.team import Team
+
+if TYPE_CHECKING:
+    from marl.algorithms.common import Trainable
+
+
+def support_kind(cfg: TrainConfig) -> Literal["all", "answers"] | None:
+    """Which rows' alphabets the loss needs: every row's (``symbol_floor``), the answers'
+    (``answer_floor``) or none."""
+    if cfg.symbol_floor > 0:
+        return "all"
+    return "answers" if cfg.answer_floor > 0 else None
+
+
+def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
+                    log: Callable[[str], None]) -> None:
+    """Before training: ``symbol_floor`` needs every call's alphabet as tokens (an error
+    naming the fix otherwise); ``answer_floor`` skips answers without one (``log`` says so,
+    once per agent). ``teams``: the run's curriculum stages."""
+    kind = support_kind(cfg)
+    if kind is None:
+        return
+    skipped: dict[str, str] = {}
+    for t, stage in itertools.product(ts, teams):
+        for agent in t.agents:
+            for final in {stage.is_final_call(agent, r) for r in range(stage.rounds)}:
+                if kind == "answers" and not final:
+                    continue
+                try:
+                    symbol_ids(t, stage, agent, final)
+                except MarlError as e:
+                    if kind == "all":
+                        raise MarlError(f"symbol_floor needs every symbol of every message as "
+                                        f"one token, but {e}; set symbol_floor: 0.") from None
+                    skipped.setdefault(agent, str(e))
+    for agent, why in skipped.items():
+        log(f"answer_floor does not apply to {agent}'s answers: {why}.")
+
+
+def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[int]]:
+    """The task's alphabet at each position of ``agent``'s message (answer when ``final``)
+    as token ids of ``t``'s tokenizer, one token per symbol (as ``symbol_floor`` and
+    ``answer_floor`` need); a :class:`MarlError` saying why where there is none."""
+    what = "answers" if final else "messages"
+    symbols = team.task.symbols(agent, final)
+    if symbols is None:
+        raise MarlError(f"task {team.task.id} names no alphabet for {agent}'s {what} "
+                        "(Task.symbols returns None)")
+    out = []
+    for alphabet in symbols:
+        ids = [t.policy.tokenizer.encode(c) for c in alphabet]
+        if any(len(i) != 1 for i in ids):
+            bad = next(c for c, i in zip(alphabet, ids, strict=True) if len(i) != 1)
+            raise MarlError(f"policy {t.name}'s tokenizer splits {bad!r} of "
+                            f"{team.task.id}'s alphabet into several tokens")
+        out.append([i[0] for i in ids])
+    return out
+
+
+def alphabet(t: Trainable, team: Team, call: tuple[str, bool],
+              support: Literal["all", "answers"]) -> list[list[int]]:
+    """A call's alphabets for ``support``: every call's (``symbol_floor``, which the trainer
+    checked could be had), or an answer's where the task and tokenizer give one."""
+    if support == "all":
+        return symbol_ids(t, team, *call)
+    try:
+        return symbol_ids(t, team, *call) if call[1] else []
+    except MarlError:  # answer_floor skips such answers; the trainer said so at start
+        return []
+
+
+def pad_ids(rows: list[list[list[int]]]) -> torch.Tensor:
+    """Ragged ``[row][position][id]`` lists as a ``(S, L, A)`` tensor padded with -1."""
+    n = max((len(r) for r in rows), default=0)
+    a = max((len(p) for r in rows for p in r), default=0)
+    out = torch.full((len(rows), n, a), -1, dtype=torch.long)
+    for i, r in enumerate(rows):
+        for j, p in enumerate(r):
+            out[i, j, : len(p)] = torch.tensor(p, dtype=torch.long)
+    return out
+
+
+def answer_floor_gap(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,
+                     floor: float) -> tuple[torch.Tensor, float]:
+    """How far the batch's answers fall short of giving each symbol ``floor`` times its
+    share: the mean over answer positions (grouped by position and alphabet, weighted by
+    their count) of ``mean_s min(log π̄(s) − log(floor/|S|), 0)``, where π̄ averages
+    ``symbols.exp()`` ``(S, L, A)`` over a group's rows; ``ids`` ``(S, L, A)`` holds the
+    alphabets' token ids (-1 pads) and ``rows`` ``(S, L)`` the answer tokens. Also the
+    share of (group, symbol) pairs below the floor.
+
+    >>> lp = torch.log(torch.tensor([[[0.5, 0.5, 1e-6]], [[0.7, 0.3, 1e-6]]]))
+    >>> gap, rare = answer_floor_gap(lp, torch.tensor([[[4, 5, 6]]] * 2),
+    ...                              torch.ones(2, 1, dtype=torch.bool), 0.3)
+    >>> rare  # symbol 6 is never answered; the others are, more than 0.3/3 of the time
+    0.3333333333333333
+    """
+    total = symbols.new_zeros(())
+    count, below, pairs = 0, 0, 0
+    for t in range(symbols.shape[1]):
+        at = rows[:, t]
+        if not at.any():
+            continue
+        keys, group = torch.unique(ids[at, t], dim=0, return_inverse=True)
+        lp = symbols[at, t]
+        for g, key in enumerate(keys):
+            valid = key >= 0
+            members = lp[group == g][:, valid]
+            mean = torch.logsumexp(members, 0) - math.log(len(members))
+            short = (mean - math.log(floor / int(valid.sum()))).clamp(max=0)
+            total = total + len(members) * short.mean()
+            count += len(members)
+            below += int((short < 0).sum())
+            pairs += int(valid.sum())
+    return total / max(count, 1), below / max(pairs, 1)
