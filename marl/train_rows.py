@@ -7,16 +7,18 @@ from typing import Any
 
 from marl import seeds
 from marl.algorithms.config import TrainConfig
+from marl.algorithms.warmup import Habits, habit_agreement
 from marl.ledger import Ledger
 from marl.rollout import EpisodeBatch, collect
 from marl.team import Team
 
 
-def evaluation(team: Team, policies: dict, cfg: TrainConfig,
-               sampled: bool = False) -> tuple[dict[str, Any], list[dict]]:
+def evaluation(team: Team, policies: dict, cfg: TrainConfig, sampled: bool = False,
+               habits: Habits | None = None) -> tuple[dict[str, Any], list[dict]]:
     """Greedy play of ``eval_episodes`` held-out instances of every split of the task
     (``eval_<split>_success_rate`` for splits other than ``train``); with ``sampled``
-    also the same instances sampled, as the training rows report them. Returns the row's
+    also the same instances sampled, as the training rows report them; with ``habits``
+    (the warm-up's) each agent's ``habit_agreement`` in greedy play. Returns the row's
     figures and every episode's record."""
     row: dict[str, Any] = {}
     records: list[dict] = []
@@ -32,6 +34,8 @@ def evaluation(team: Team, policies: dict, cfg: TrainConfig,
             row.update(eval_reward_mean=float(batch.reward.mean()),
                        eval_format_valid_rate=batch.per_agent_rate(batch.valid),
                        eval_oracle_agreement=batch.per_agent_rate(batch.oracle_agrees))
+            if habits is not None:
+                row["habit_agreement"] = habit_agreement(team, batch, habits)
     if sampled:
         batch = collect(team, policies, cfg.eval_episodes, 1, seed=seed)
         row.update(success_rate=float(batch.success.float().mean()),

@@ -295,9 +295,10 @@ class Trainer:
         return f"iteration {self.iteration}"
 
     # -- the loop ------------------------------------------------------------------------
-    def evaluate(self, sampled: bool = False) -> tuple[dict[str, Any], list[dict]]:
+    def evaluate(self, sampled: bool = False, habits: Habits | None = None
+                 ) -> tuple[dict[str, Any], list[dict]]:
         """:func:`marl.train_rows.evaluation` of the team as it is now."""
-        return evaluation(self.team, self.policies, self.cfg, sampled)
+        return evaluation(self.team, self.policies, self.cfg, sampled, habits)
 
     def step(self) -> dict[str, Any]:
         """One warm-up step or one RL iteration, logged and checkpointed."""
@@ -323,7 +324,9 @@ class Trainer:
         self._guard(stats)
         done = self.warmed == cfg.warmup
         if self.warmed % cfg.eval_every == 0 or done:
-            evaluated, records = self.evaluate(sampled=True)
+            learnt = cfg.warmup_source == "random" and cfg.warmup_prior == "habits"
+            evaluated, records = self.evaluate(sampled=True,
+                                               habits=self.habits if learnt else None)
             row.update(evaluated)
             atomic_write_jsonl(self.out / "episodes" / f"eval_warmup_{self.warmed:06d}.jsonl",
                                records)

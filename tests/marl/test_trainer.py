@@ -410,6 +410,10 @@ def test_random_warmup_teaches_the_format_and_nothing_else(tmp_path, prior):
     codes = {e["instance"]["target"]: e["transcript"][0]["message"] for e in episodes}
     distinct = len(set(codes.values()))
     assert distinct >= 3 if prior == "habits" else distinct == 1
+    # with habits the row says how far each agent has learnt them (greedy)
+    assert ("habit_agreement" in row) == (prior == "habits")
+    if prior == "habits":
+        assert min(row["habit_agreement"].values()) >= 0.9
 
 
 class ShiftedLewis(Lewis):

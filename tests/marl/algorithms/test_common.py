@@ -119,6 +119,27 @@ def test_habits_are_seeded_distinct_per_agent_and_stable():
     assert len({small.message(team, "speaker", o) for o in observations}) == 2
 
 
+
+def test_habit_agreement_is_one_for_habits_and_near_chance_for_noise():
+    from marl.algorithms.warmup import HabitPolicy, Habits, habit_agreement
+    from marl.policies.scripted import RandomPolicy
+
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    habits = Habits(seed=1)
+    played = collect(team, dict.fromkeys(team.ids, HabitPolicy(team, habits, 1.0)), 32, 1,
+                     seed=0)
+    table = {a: dict(t) for a, t in habits.table.items()}
+    assert habit_agreement(team, played, habits) == {"speaker": 1.0, "listener": 1.0}
+    noise = collect(team, dict.fromkeys(team.ids, RandomPolicy(team.task, 0)), 64, 1, seed=1)
+    rates = habit_agreement(team, noise, habits)
+    assert rates["speaker"] < 0.2 and rates["listener"] < 0.5  # 1/26 and 1/4 by chance
+    # peeking at habits for observations never met records nothing
+    assert habits.table == table
+    unseen = "you are listener (listener). object: ?\n[round 1]\nspeaker> zz\nlistener answer> "
+    habit = habits.peek(team, "listener", unseen, final=True)
+    assert unseen not in habits.table["listener"]
+    assert habits.message(team, "listener", unseen, final=True) == habit
+
 def test_the_minibatch_order_follows_the_seed_not_the_row_count():
     team = load_team(ROOT / "scenarios" / "signal.yaml")
     results = []
