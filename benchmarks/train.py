@@ -78,9 +78,11 @@ def progress(r: dict) -> None:
     where = (f"warm-up {r['warmup_step']:4d}" if r["phase"] == "warmup"
              else f"iter {r['iteration']:4d}" + (f" [{r['stage']}]" if r["stage"] else ""))
     held = r.get("eval_holdout_success_rate")
+    habits = r.get("habit_agreement")  # warm-up: the agent furthest from its habits
     print(f"  {where} {r['wall_s']:7.1f}s success {r['success_rate']:.3f} eval "
           f"{r['eval_success_rate']:.3f}" + (f" held-out {held:.3f}" if held is not None
-                                             else ""), flush=True)
+                                             else "")
+          + (f" habits learnt {min(habits.values()):.3f}" if habits else ""), flush=True)
 
 
 def time_to(trainer: Trainer, target: float) -> float | None:
