@@ -324,9 +324,9 @@ class Trainer:
         self._guard(stats)
         done = self.warmed == cfg.warmup
         if self.warmed % cfg.eval_every == 0 or done:
-            learnt = cfg.warmup_source == "random" and cfg.warmup_prior == "habits"
+            with_habits = cfg.warmup_source == "random" and cfg.warmup_prior == "habits"
             evaluated, records = self.evaluate(sampled=True,
-                                               habits=self.habits if learnt else None)
+                                               habits=self.habits if with_habits else None)
             row.update(evaluated)
             atomic_write_jsonl(self.out / "episodes" / f"eval_warmup_{self.warmed:06d}.jsonl",
                                records)

@@ -138,7 +138,6 @@ class Habits:
         return text
 
 
-
 def habit_agreement(team: Team, batch: EpisodeBatch, habits: Habits) -> dict[str, float]:
     """Per agent, the share of its calls in ``batch`` whose message is its habit for what
     it read: near 1 once a greedy team has learnt its habits, and near chance while the
@@ -151,6 +150,7 @@ def habit_agreement(team: Team, batch: EpisodeBatch, habits: Habits) -> dict[str
             habit = habits.peek(team, call["agent"], batch.observations[b][k], final)
             agrees[b, k] = call["message"] == habit
     return batch.per_agent_rate(agrees)
+
 
 class HabitPolicy(RandomPolicy):
     """The task's random policy with habits: with probability ``strength`` an agent says
