@@ -49,7 +49,7 @@ from marl.algorithms import learner_class
 from marl.algorithms.alphabets import check_alphabets
 from marl.algorithms.common import begin_rl, reference_weights
 from marl.algorithms.config import TrainConfig
-from marl.algorithms.warmup import Habits, warmup_step
+from marl.algorithms.warmup import Habits, check_prior, warmup_stage, warmup_step
 from marl.curriculum import stage_name, stage_teams, variant
 from marl.errors import ConfigError, MarlError
 from marl.io import (
@@ -89,6 +89,7 @@ class Trainer:
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.base = team  # the scenario as given; set() derives topology / cost variants
         self.teams = stage_teams(team, cfg.curriculum)
+        check_prior(self.teams, cfg)  # before any model loads
         self.policies = policies or build_policies(
             team, seed=seeds.derive_seed(cfg.seed, seeds.INIT))
         self.learner = learner_class(cfg.algorithm)(self.teams[0], self.policies, cfg)
@@ -103,7 +104,7 @@ class Trainer:
             # on the main job; one-thread runs are unchanged, bit for bit.
             torch.use_deterministic_algorithms(True, warn_only=True)
         self.warmed = 0  # warm-up steps done
-        self.habits = Habits(cfg.seed)
+        self.habits = Habits(cfg.seed, ciphers=cfg.warmup_prior == "ciphers")
         self.iteration = 0  # RL iterations done
         self.reference_at = 0  # iteration at which the KL's reference was last set
         self.settled = False  # evaluated at settle_at in this stage (see _maybe_settle)
@@ -176,7 +177,8 @@ class Trainer:
         self.stage, self.stage_start = state["stage"], state["stage_start"]
         self.reference_at = state.get("reference_at", 0)
         self.settled = state.get("settled", False)  # its eps came back with the optimizers
-        self.habits = Habits(self.cfg.seed, state["habits"])
+        self.habits = Habits(self.cfg.seed, state["habits"],
+                             ciphers=self.cfg.warmup_prior == "ciphers")
         self.changed = {}
         self.set(**state.get("settings", {}))  # also points the learner at the stage's team
         if self.phase == "rl":
@@ -236,7 +238,7 @@ class Trainer:
         """The warm-up's last step: keep its model as ``checkpoints/warmup`` (the format-only
         team, and the reference of the KL term), drop the intermediate ones, start RL."""
         begin_rl(self.learner.trainables, self.cfg)
-        self.habits = Habits(self.cfg.seed)  # learnt; RL never needs the table again
+        self.habits = Habits(self.cfg.seed)  # learnt; RL never needs them again
         self.save(self.out / "checkpoints" / "warmup")
         for stale in (self.out / "checkpoints").glob("warmup_*"):
             shutil.rmtree(stale)
@@ -316,7 +318,7 @@ class Trainer:
         stats, _ = warmup_step(self.learner.trainables, self.teams, cfg, self.warmed,
                                self.habits)
         self.warmed += 1
-        played = (self.warmed - 1) % len(self.teams)
+        played = warmup_stage(self.warmed - 1, len(self.teams), cfg.warmup)
         row = {"phase": "warmup", "step": self.step_count, "iteration": 0,
                "warmup_step": self.warmed, "stage": stage_name(cfg.curriculum, played),
                "sft_loss": stats["sft_loss"], "grad_norm": stats["grad_norm"],
@@ -324,7 +326,7 @@ class Trainer:
         self._guard(stats)
         done = self.warmed == cfg.warmup
         if self.warmed % cfg.eval_every == 0 or done:
-            with_habits = cfg.warmup_source == "random" and cfg.warmup_prior == "habits"
+            with_habits = cfg.warmup_source == "random" and cfg.warmup_prior != "uniform"
             evaluated, records = self.evaluate(sampled=True,
                                                habits=self.habits if with_habits else None)
             row.update(evaluated)

@@ -168,14 +168,17 @@ class TrainConfig(BaseModel):
         "the task's random policy (random: the form of every message and answer, nothing "
         "about meaning), of its oracle (oracle: imitation, labels the run uses_oracle), or "
         "none.")
-    warmup_prior: Literal["habits", "uniform"] = Field(
+    warmup_prior: Literal["habits", "ciphers", "uniform"] = Field(
         "habits", description="random warm-up: habits (each agent learns, for every "
         "observation, one random message or answer of the task's format, drawn with a seed of "
         "the run, the agent and the observation: arbitrary habits in how it talks and "
-        "answers, shared with no teammate) or uniform (a fresh random message every time: "
-        "messages independent of what the agent read).")
+        "answers, shared with no teammate), ciphers (a habit is what the agent read, symbol "
+        "by symbol, through a private random cipher of its own; for tasks that line their "
+        "messages up with what was read, e.g. relay_v0) or uniform (a fresh random message "
+        "every time: messages independent of what the agent read).")
     habit_strength: float = Field(
-        0.75, gt=0, le=1, description="habits: how often an agent says its habit in the "
+        0.75, gt=0, le=1, description="habits and ciphers: how often an agent says its habit in "
+        "the "
         "warm-up's episodes (otherwise a fresh random message), so a habit is a strong "
         "preference, not a certainty, and can still be unlearnt.")
     warmup_steps: int = Field(200, ge=0, description="Optimizer steps of the warm-up.")

@@ -66,11 +66,7 @@ class Relay(Task):
         return self.params.fact_length
 
     def oracle(self, agent: str, observation: str, final: bool) -> str:
-        n = self.params.fact_length
-        own = private_text(observation).removeprefix("fact: ")
-        if len(own) == n and all(c in LETTERS for c in own):
-            return own
-        return first_heard(observation, self.agents, n, LETTERS) or "?" * n
+        return self.read_symbols(agent, observation, final) or "?" * self.params.fact_length
 
     def demonstration(self, agent: str, observation: str, final: bool) -> str | None:
         answer = self.oracle(agent, observation, final)
@@ -81,6 +77,14 @@ class Relay(Task):
 
     def symbols(self, agent: str, final: bool) -> tuple[str, ...]:
         return (LETTERS,) * self.params.fact_length
+
+    def read_symbols(self, agent: str, observation: str, final: bool) -> str | None:
+        """The fact this agent knows, else the first well-formed fact it heard."""
+        n = self.params.fact_length
+        own = private_text(observation).removeprefix("fact: ")
+        if len(own) == n and all(c in LETTERS for c in own):
+            return own
+        return first_heard(observation, self.agents, n, LETTERS)
 
     def valid_message(self, agent: str, message: str, final: bool) -> bool:
         return is_code(message, self.params.fact_length, LETTERS)

@@ -477,7 +477,7 @@ def test_curriculum_moves_through_its_stages_and_resumes_in_the_same_stage(tmp_p
     trainer = Trainer(relay_team(), cfg, tmp_path / "run")
     trainer.train()
     rows = trainer.rows
-    # the warm-up plays every stage's team in turn, so every stage's format is learnt
+    # the warm-up plays the stages as they join (one each here), so every format is learnt
     assert [r["stage"] for r in rows[:3]] == ["short", "longer", "stage_2"]
     assert [r["stage"] for r in rows[3:]] == ["short"] * 2 + ["longer"] * 2 + ["stage_2"] * 2
     transcripts = [json.loads(x) for x in (tmp_path / "run" / "episodes" /

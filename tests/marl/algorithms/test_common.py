@@ -238,3 +238,39 @@ def test_answer_floor_lifts_answers_given_too_rarely_and_nothing_else():
         else:
             assert (before < floor / 4).all() and rare[0] == 1.0
             assert (after > 3 * before).all()
+
+
+def test_cipher_habits_encipher_what_was_read_letter_by_letter():
+    from marl.algorithms.warmup import Habits
+
+    team = load_team(ROOT / "scenarios" / "relay_chain.yaml")  # 4-letter facts
+    habits = Habits(seed=5, ciphers=True)
+    said = habits.message(team, "a0", "you are a0 (relay). fact: abca\n")
+    assert team.task.valid_message("a0", said, False)
+    assert said[0] == said[3] and len(set(said[:3])) == 3  # one symbol per letter
+    # the same cipher wherever a letter stands, and for every fact
+    assert habits.message(team, "a0", "you are a0 (relay). fact: cbaa\n") == \
+        said[2] + said[1] + said[0] + said[0]
+    # a relay enciphers what it heard, with a cipher of its own, seeded by the run
+    heard = "you are a1 (relay). fact: ????\n[round 1]\na0> abca\na1>"
+    relayed = habits.message(team, "a1", heard)
+    assert relayed != said and relayed[0] == relayed[3]
+    assert Habits(seed=5, ciphers=True).peek(team, "a1", heard) == relayed
+    assert Habits(seed=6, ciphers=True).peek(team, "a1", heard) != relayed
+    # nothing well formed heard: a habit for the whole observation, still well formed
+    garbled = "you are a1 (relay). fact: ????\n[round 1]\na0> ab!\na1>"
+    assert team.task.read_symbols("a1", garbled, False) is None
+    assert team.task.valid_message("a1", habits.message(team, "a1", garbled), False)
+
+
+def test_cipher_habits_need_a_task_that_lines_messages_up(tmp_path):
+    import pytest
+
+    from marl.errors import MarlError
+    from marl.trainer import Trainer
+
+    cfg = TrainConfig(warmup_prior="ciphers", warmup_steps=1)
+    with pytest.raises(MarlError, match="lewis_v0 does not line its messages up.*"
+                                        "use warmup_prior: habits"):
+        Trainer(load_team(ROOT / "scenarios" / "signal.yaml"), cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # refused before anything was written
