@@ -196,7 +196,9 @@ def test_kill_and_resume_keeps_a_settled_team_settled(tmp_path, monkeypatch):
 
 
 def test_rl_learns_a_known_answer(toy, tmp_path):
-    trainer = Trainer(toy, small(iterations=25, lr=1e-2, eval_every=25), tmp_path)
+    # lr 1e-2 overshot here after a fresh install on 2026-12-02 (sampled success 0.56 at
+    # iteration 19, 0.27 over the last three); 5e-3 climbs steadily (0.72 at iteration 25)
+    trainer = Trainer(toy, small(iterations=25, lr=5e-3, eval_every=25), tmp_path)
     trainer.train()
     rates = [r["success_rate"] for r in trainer.rows]
     assert np.mean(rates[:3]) < 0.1
