@@ -428,6 +428,10 @@ class Trainer:
             if self.settled:  # a new task to learn: full steps again
                 self._set_optimizers(eps=self.cfg.adam_eps)
                 self.settled = False
+            if self.cfg.kl_reset_on_promotion and self.cfg.kl_coef > 0:
+                # the KL term holds what the stages so far taught, not the warm-up's habits
+                begin_rl(self.learner.trainables, self.cfg, reset_optimizer=False)
+                self.reference_at = self.iteration
             self.log(f"curriculum: {stage_name(self.cfg.curriculum, self.stage)} from "
                      f"iteration {self.iteration}")
 

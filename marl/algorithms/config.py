@@ -114,6 +114,12 @@ class TrainConfig(BaseModel):
         "(and from the start of RL to the first). A reference only a few iterations old no "
         "longer holds a team anywhere: resetting at every good evaluation let solved teams "
         "drift (signal seed 0: 0.47-0.73 for the last 240 of 1,200 iterations).")
+    kl_reset_on_promotion: bool = Field(
+        True, description="curriculum: when the team is promoted to the next stage, the "
+        "KL term's reference becomes the promoted policy, so the term holds what the "
+        "earlier stages taught (false: the reference stays the policy RL started from, "
+        "which pulls every later stage back towards the warm-up's habits and undoes the "
+        "conventions the earlier stages found).")
     regularize_solved: bool = Field(
         True, description="magrpo, grpo: apply the KL and entropy terms to samples whose "
         "group succeeded in every rollout (no policy gradient left there). With false they "
@@ -251,6 +257,10 @@ class TrainConfig(BaseModel):
             raise ValueError(f"settled_eps={self.settled_eps} is Adam's epsilon once a team "
                              "evaluates at settle_at, and settle_at is null; set settle_at "
                              "(e.g. 0.95) or drop settled_eps.")
+        if "kl_reset_on_promotion" in changed and not self.curriculum:
+            raise ValueError("kl_reset_on_promotion renews the KL term's reference when a "
+                             "curriculum stage is left, and there is no curriculum; add "
+                             "curriculum stages or drop kl_reset_on_promotion.")
         if self.kl_reset_at is not None and self.kl_coef == 0:
             raise ValueError(f"kl_reset_at={self.kl_reset_at} resets the KL term's reference, "
                              "and kl_coef=0 switches that term off; set kl_coef > 0 or drop "

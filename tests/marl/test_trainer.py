@@ -248,6 +248,26 @@ def test_the_kl_reference_becomes_the_policy_when_the_team_evaluates_well(
     assert {i for i, s in same.items() if s} == resets and len(same) == 7
 
 
+@pytest.mark.parametrize(("renew", "resets"), [(True, {2}), (False, set())])
+def test_promotion_renews_the_kl_reference(renew, resets, tmp_path, monkeypatch):
+    """Promoted at the first evaluation (iteration 2): from then on the KL term holds the
+    promoted policy, not the warm-up's (the entropy bonus moves the policy every step, so
+    the reference equals the policy only right after a renewal)."""
+    curriculum = [{"name": "first", "promote_at": 0.5}, {"name": "second"}]
+    cfg = small(iterations=5, eval_every=2, entropy_target=None, curriculum=curriculum,
+                kl_reset_on_promotion=renew)
+    trainer = Trainer(scored_team(monkeypatch, "always_right"), cfg, tmp_path)
+    same = {}
+
+    def check(row):
+        if row["phase"] == "rl":
+            same[row["iteration"]] = reference_is_policy(trainer)
+
+    trainer.train(progress=check)
+    assert {i for i, s in same.items() if s} == resets and len(same) == 5
+    assert trainer.reference_at == min(resets, default=0)
+
+
 def test_kill_and_resume_keeps_a_reset_reference(tmp_path, monkeypatch):
     """Resets at 3 and 6 (every evaluation succeeds, resets at least 3 apart). Killed at 5
     and resumed from the checkpoint at 4, the run needs the reference of iteration 3 and
@@ -546,6 +566,7 @@ def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_
     (["warmup_prior=uniform", "habit_strength=0.5"], "applies to warmup_prior: habits"),
     (["kl_coef=0", "kl_reset_at=0.9"], "kl_coef=0 switches that term off"),
     (["kl_reset_every=10"], "kl_reset_at is null"),
+    (["kl_reset_on_promotion=false"], "there is no curriculum"),
     (["settle_at=null", "settled_eps=1e-4"], "settle_at is null"),
 ])
 def test_settings_the_algorithm_ignores_are_rejected(sets, message):
