@@ -47,9 +47,13 @@ class TrainConfig(BaseModel):
     baseline: Literal["mean", "mean_std", "loo", "max"] = Field(
         "mean", description="Group baseline (mean: MAGRPO / Dr. GRPO; mean_std: GRPO; loo: "
                             "RLOO; max: ReMax).")
-    credit: Literal["team", "difference", "shapley"] = Field(
+    credit: Literal["team", "difference", "shapley", "anchor"] = Field(
         "team", description="team: every agent gets the team advantage; difference / shapley: "
-                            "per-agent credit from counterfactual replays with agents muted.")
+        "per-agent credit from counterfactual replays with agents muted; anchor: per call, "
+        "the batch's mean return of the agent's calls with the same observation and message "
+        "minus that of its calls with the same observation (Q(o, m) − V(o), GiGPO's anchor "
+        "states; baseline mean_std divides by the observation's std of returns), so an "
+        "agent is credited for its own choice and a teammate's lucky choice moves it little.")
     lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
     adam_eps: float = Field(
         1e-8, gt=0, description="Adam's epsilon while a team learns (added to the root of "
@@ -249,6 +253,10 @@ class TrainConfig(BaseModel):
             raise ValueError(f"{', '.join(group_only)} only apply to algorithms magrpo and "
                              "grpo (group baselines and counterfactual credit); ppo's critic "
                              "assigns credit. Remove them or choose magrpo or grpo.")
+        if self.credit == "anchor" and self.baseline not in ("mean", "mean_std"):
+            raise ValueError(f"baseline={self.baseline} with credit: anchor: anchor credit "
+                             "compares an action's mean return with its observation's, so "
+                             "the baseline must be mean or mean_std.")
         if "kl_reset_every" in changed and self.kl_reset_at is None:
             raise ValueError(f"kl_reset_every={self.kl_reset_every} spaces the reference "
                              "resets that kl_reset_at triggers, and kl_reset_at is null; set "

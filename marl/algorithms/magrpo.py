@@ -30,7 +30,7 @@ from marl.algorithms.common import (
 from marl.algorithms.config import TrainConfig
 from marl.credit import agent_credit
 from marl.errors import MarlError
-from marl.kernels import group_advantages, group_key
+from marl.kernels import anchor_advantages, group_advantages, group_key
 from marl.ledger import LedgerRow
 from marl.rollout import EpisodeBatch
 from marl.seeds import derive_seed
@@ -45,10 +45,30 @@ def per_agent_advantages(ret: torch.Tensor, group_ids: torch.Tensor,
     return group_advantages(ret.reshape(-1), keys, baseline).view(b, n)
 
 
+def call_advantages(batch: EpisodeBatch, ret: torch.Tensor, baseline: str) -> torch.Tensor:
+    """``(B, K)`` advantages of ``credit: anchor``, one per call: :func:`anchor_advantages`
+    over the batch, a call's state its slot (agent and round) and what it read, its action
+    what it said; ``ret`` is ``(B, N)``, each agent's return."""
+    b, k = len(batch.records), len(batch.call_agent)
+    states: dict[tuple[int, str], int] = {}
+    actions: dict[tuple[int, str], int] = {}
+    state_ids, action_ids = [], []
+    for e, record in enumerate(batch.records):
+        for slot in range(k):
+            state = states.setdefault((slot, batch.observations[e][slot]), len(states))
+            said = record["transcript"][slot]["message"]
+            state_ids.append(state)
+            action_ids.append(actions.setdefault((state, said), len(actions)))
+    calls = ret[:, batch.call_agent]  # (B, K): each call's agent's return
+    adv = anchor_advantages(calls.reshape(-1), torch.tensor(state_ids),
+                            torch.tensor(action_ids), scale=baseline == "mean_std")
+    return adv.view(b, k)
+
+
 class MAGRPO:
     def __init__(self, team: Team, policies: dict, cfg: TrainConfig):
         self.team, self.policies, self.cfg = team, policies, cfg
-        if team.competitive and cfg.credit != "team":
+        if team.competitive and cfg.credit in ("difference", "shapley"):
             raise MarlError(f"credit: {cfg.credit} replays the team with agents muted, which is "
                             f"defined for one team; {team.name} has teams "
                             f"({', '.join(team.sides)}). Use credit: team.")
@@ -58,7 +78,7 @@ class MAGRPO:
 
     def scores(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
         """``(B, N)``: the team score for every agent, or its counterfactual credit."""
-        if self.cfg.credit == "team":  # every agent: its team's (its side's) score
+        if self.cfg.credit in ("team", "anchor"):  # every agent: its team's (side's) score
             return batch.agent_score
         episodes = len(batch.records) // self.cfg.group_size
         credit, rows = agent_credit(self.cfg.credit, self.team, self.policies, batch.score,
@@ -68,7 +88,7 @@ class MAGRPO:
 
     def penalties(self, batch: EpisodeBatch) -> torch.Tensor:
         """``(B, N)``: the team's token penalty, shared equally when credit is per agent."""
-        if self.cfg.credit == "team":
+        if self.cfg.credit in ("team", "anchor"):
             return batch.agent_penalty
         return (batch.token_penalty / len(batch.agents))[:, None].expand(-1, len(batch.agents))
 
@@ -79,6 +99,9 @@ class MAGRPO:
     def advantages(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
         ret = self.returns(batch, seed)  # (B, N)
         n = ret.shape[1]
+        if self.cfg.credit == "anchor":  # (B, K, L): every token of a call, its call's
+            adv = call_advantages(batch, ret, self.cfg.baseline)
+            return adv[:, :, None].expand(-1, -1, batch.tokens.shape[2])
         if self.cfg.credit == "team" and not self.team.competitive:  # one group per instance
             adv = group_advantages(ret[:, 0], batch.group_ids, self.cfg.baseline)
             return adv[:, None].expand(-1, n)

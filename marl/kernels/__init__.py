@@ -6,6 +6,7 @@ kernels also have Triton twins (:mod:`marl.kernels.triton_kernels`) used on CUDA
 
 from marl.kernels.advantages import (
     BASELINES,
+    anchor_advantages,
     dense_group_index,
     dense_rank,
     group_advantages,
@@ -30,6 +31,7 @@ __all__ = [
     "BASELINES",
     "TokenCosts",
     "ValueFn",
+    "anchor_advantages",
     "broadcast_to_tokens",
     "coalition_index",
     "dense_group_index",

@@ -169,3 +169,52 @@ def group_advantages(
         top = r.new_full((n_groups,), -math.inf).scatter_reduce(0, idx, r, "amax") + poison
         adv = r - top.index_select(0, idx)
     return adv.to(rewards.dtype)
+
+
+def anchor_advantages(
+    returns: Tensor, state_ids: Tensor, action_ids: Tensor, scale: bool = False,
+    eps: float = 1e-4
+) -> Tensor:
+    """Per-call credit from anchor states: ``A = mean R over the calls with the same state and
+    action − mean R over the calls with the same state``, a Monte-Carlo ``Q(s, a) − V(s)``
+    from the batch (GiGPO's anchor states, with the action's own group as its value).
+
+    A call whose choice was the one most calls in its state made, in a state where that
+    choice mattered little, gets little credit whatever the episode's outcome; a rare choice
+    that did better than its state's average gets the difference. ``scale`` divides by the
+    sample std of R over the state's calls plus ``eps`` (GRPO's scaling); a state met once,
+    or whose calls all returned alike, gets 0. NaN policy as :func:`group_advantages`: a
+    non-finite return poisons its state's and its action's groups.
+
+    Args:
+        returns: ``[S]`` float, the return each call is credited with (its team's).
+        state_ids: ``[S]`` integer state of each call (equal id: same agent and observation).
+        action_ids: ``[S]`` integer (state, action) pair of each call; equal ids must have
+            equal states (e.g. ``group_key(state_ids, action)``).
+        scale: divide by the state's std of R. eps: added to that std.
+
+    Returns:
+        ``[S]`` advantages in the dtype of ``returns``.
+
+    >>> r = torch.tensor([1.0, 0.0, 0.0, 0.0]); s = torch.tensor([0, 0, 0, 0])
+    >>> anchor_advantages(r, s, torch.tensor([5, 6, 6, 6]))  # the rare choice succeeded
+    tensor([ 0.7500, -0.2500, -0.2500, -0.2500])
+    >>> anchor_advantages(r, s, torch.tensor([5, 5, 6, 6]))  # a choice made in a success
+    tensor([ 0.2500,  0.2500, -0.2500, -0.2500])
+    """
+    if state_ids.shape != returns.shape or action_ids.shape != returns.shape:
+        raise ValueError(
+            f"anchor_advantages expects returns, state_ids and action_ids of one shape [S]; "
+            f"got {tuple(returns.shape)}, {tuple(state_ids.shape)}, {tuple(action_ids.shape)}")
+    # (R − V) − (R − Q) = Q − V, with each group's NaN policy
+    adv = group_advantages(returns, state_ids) - group_advantages(returns, action_ids)
+    if not scale:
+        return adv
+    idx, n_groups = dense_group_index(state_ids)
+    r = returns.to(compute_dtype(returns.dtype))
+    cnt = torch.bincount(idx, minlength=n_groups).to(r.dtype)
+    mean = r.new_zeros(n_groups).index_add(0, idx, r) / cnt.clamp(min=1)
+    dev = r - mean.index_select(0, idx)
+    var = r.new_zeros(n_groups).index_add(0, idx, dev * dev) / (cnt - 1).clamp(min=1)
+    std = var.clamp(min=0).sqrt()
+    return (adv.to(r.dtype) / (std + eps).index_select(0, idx)).to(returns.dtype)

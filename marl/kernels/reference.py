@@ -52,6 +52,29 @@ def group_advantages_ref(
     return _out(out, rewards)
 
 
+def anchor_advantages_ref(returns: Tensor, state_ids: Tensor, action_ids: Tensor,
+                          scale: bool = False, eps: float = 1e-4) -> Tensor:
+    r, states, actions = returns.double().tolist(), state_ids.tolist(), action_ids.tolist()
+    by_state, by_action = defaultdict(list), defaultdict(list)
+    for j, (s, a) in enumerate(zip(states, actions, strict=True)):
+        by_state[s].append(r[j])
+        by_action[a].append(r[j])
+    out = []
+    for j, (s, a) in enumerate(zip(states, actions, strict=True)):
+        v_vals, q_vals = by_state[s], by_action[a]
+        v, q = sum(v_vals) / len(v_vals), sum(q_vals) / len(q_vals)
+        if not (math.isfinite(v) and math.isfinite(q)):
+            out.append(NAN)
+            continue
+        adv = q - v
+        if scale:
+            n = len(v_vals)
+            std = math.sqrt(sum((x - v) ** 2 for x in v_vals) / (n - 1)) if n > 1 else 0.0
+            adv /= std + eps
+        out.append(adv)
+    return _out(out, returns)
+
+
 def group_key_ref(instance: Tensor, agent: Tensor | None = None, turn: Tensor | None = None):
     cols = [k.tolist() for k in (instance, agent, turn) if k is not None]
     keys = list(zip(*cols, strict=True))

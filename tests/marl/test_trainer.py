@@ -195,10 +195,12 @@ def test_kill_and_resume_keeps_a_settled_team_settled(tmp_path, monkeypatch):
     assert again == full and [r["settled"] for r in full] == [False, False] + [True] * 4
 
 
-def test_rl_learns_a_known_answer(toy, tmp_path):
+@pytest.mark.parametrize("credit", ["team", "anchor"])
+def test_rl_learns_a_known_answer(toy, tmp_path, credit):
     # lr 1e-2 overshot here after a fresh install on 2026-12-02 (sampled success 0.56 at
     # iteration 19, 0.27 over the last three); 5e-3 climbs steadily (0.72 at iteration 25)
-    trainer = Trainer(toy, small(iterations=25, lr=5e-3, eval_every=25), tmp_path)
+    trainer = Trainer(toy, small(iterations=25, lr=5e-3, eval_every=25, credit=credit),
+                      tmp_path)
     trainer.train()
     rates = [r["success_rate"] for r in trainer.rows]
     assert np.mean(rates[:3]) < 0.1
@@ -566,6 +568,7 @@ def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_
     (["warmup_prior=uniform", "habit_strength=0.5"], "applies to warmup_prior: habits"),
     (["kl_coef=0", "kl_reset_at=0.9"], "kl_coef=0 switches that term off"),
     (["kl_reset_every=10"], "kl_reset_at is null"),
+    (["credit=anchor", "baseline=loo"], "baseline must be mean or mean_std"),
     (["kl_reset_on_promotion=false"], "there is no curriculum"),
     (["settle_at=null", "settled_eps=1e-4"], "settle_at is null"),
 ])
@@ -710,3 +713,44 @@ def test_answer_floor_skips_answers_without_an_alphabet_and_says_so(toy, tmp_pat
                     "alphabet for a's answers (Task.symbols returns None)."]
     rows = [trainer.step() for _ in range(2)]
     assert all(r["rare_answers"] == 0.0 for r in rows)
+
+
+@pytest.mark.parametrize("baseline", ["mean", "mean_std"])
+def test_anchor_credit_is_each_calls_q_minus_v(baseline):
+    """credit: anchor on a batch of the five-agent relay whose agents say 'a' or 'b' at
+    random: each call's advantage is the mean score of the batch's calls in the same slot
+    with the same observation and message, minus that of the calls with the same
+    observation (over that observation's std with mean_std), computed here by plain loops."""
+    from collections import defaultdict
+
+    from marl.algorithms.magrpo import call_advantages
+    from marl.policies import Completion, Policy
+    from marl.rollout import collect
+
+    class SaysAOrB(Policy):
+        rng = np.random.default_rng(3)
+
+        def generate(self, requests, greedy=False):
+            return [Completion("ab"[int(self.rng.integers(2))]) for _ in requests]
+
+    data = yaml.safe_load((ROOT / "scenarios" / "relay_chain.yaml").read_text())
+    data["task"]["params"]["fact_length"] = 1
+    team = load_team(data)
+    batch = collect(team, dict.fromkeys(team.ids, SaysAOrB()), 12, 6, seed=5)
+    score = torch.tensor([float(i % 3 == 0) for i in range(len(batch.records))])
+    adv = call_advantages(batch, score[:, None].expand(-1, len(team.ids)), baseline)
+    by_state, by_action = defaultdict(list), defaultdict(list)
+    calls = [(b, k) for b in range(len(batch.records)) for k in range(len(team.ids))]
+    for b, k in calls:
+        obs, said = batch.observations[b][k], batch.records[b]["transcript"][k]["message"]
+        by_state[k, obs].append(float(score[b]))
+        by_action[k, obs, said].append(float(score[b]))
+    assert len(by_action) < len(calls) // 2  # choices recur: the groups are not singletons
+    assert adv.shape == (len(batch.records), len(team.ids)) and adv.abs().max() > 0
+    for b, k in calls:
+        obs, said = batch.observations[b][k], batch.records[b]["transcript"][k]["message"]
+        v_calls = by_state[k, obs]
+        want = np.mean(by_action[k, obs, said]) - np.mean(v_calls)
+        if baseline == "mean_std":
+            want /= (np.std(v_calls, ddof=1) if len(v_calls) > 1 else 0.0) + 1e-4
+        assert float(adv[b, k]) == pytest.approx(want, abs=1e-5)
