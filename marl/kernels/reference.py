@@ -60,7 +60,7 @@ def anchor_advantages_ref(returns: Tensor, state_ids: Tensor, action_ids: Tensor
         by_state[s].append(r[j])
         by_action[a].append(r[j])
     out = []
-    for j, (s, a) in enumerate(zip(states, actions, strict=True)):
+    for s, a in zip(states, actions, strict=True):
         v_vals, q_vals = by_state[s], by_action[a]
         v, q = sum(v_vals) / len(v_vals), sum(q_vals) / len(q_vals)
         if not (math.isfinite(v) and math.isfinite(q)):
