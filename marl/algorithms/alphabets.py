@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def support_kind(cfg: TrainConfig) -> Literal["all", "answers"] | None:
     """Which rows' alphabets the loss needs: every row's (``symbol_floor``), the answers'
     (``answer_floor``) or none."""
-    if cfg.symbol_floor > 0:
+    if cfg.symbol_floor > 0 or cfg.signal_entropy > 0:
         return "all"
     return "answers" if cfg.answer_floor > 0 else None
 
@@ -45,8 +45,9 @@ def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                     symbol_ids(t, stage, agent, final)
                 except MarlError as e:
                     if kind == "all":
-                        raise MarlError(f"symbol_floor needs every symbol of every message as "
-                                        f"one token, but {e}; set symbol_floor: 0.") from None
+                        name = "symbol_floor" if cfg.symbol_floor > 0 else "signal_entropy"
+                        raise MarlError(f"{name} needs every symbol of every message as "
+                                        f"one token, but {e}; set {name}: 0.") from None
                     skipped.setdefault(agent, str(e))
     for agent, why in skipped.items():
         log(f"answer_floor does not apply to {agent}'s answers: {why}.")
@@ -128,3 +129,35 @@ def answer_floor_gap(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tenso
             below += int((short < 0).sum())
             pairs += int(valid.sum())
     return total / max(count, 1), below / max(pairs, 1)
+
+
+def signal_entropy(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,
+                   agent: torch.Tensor) -> torch.Tensor:
+    """The mean entropy (nats) of each agent's symbol distribution averaged over its calls:
+    for every (agent, position, alphabet) group of ``rows`` ``(S, L)``, π̄ is the mean of
+    ``symbols.exp()`` ``(S, L, A)`` over the group's rows and its entropy over the
+    alphabet's symbols (``ids`` ``(S, L, A)``, -1 pads) is weighted by the group's size.
+    ``agent`` ``(S,)`` is each row's agent. Highest when an agent says each symbol equally
+    often across its inputs, whatever it says for any one input.
+
+    >>> lp = torch.log(torch.tensor([[[1.0, 1e-9]], [[1e-9, 1.0]], [[1.0, 1e-9]]]))
+    >>> ids, rows = torch.tensor([[[4, 5]]] * 3), torch.ones(3, 1, dtype=torch.bool)
+    >>> round(float(signal_entropy(lp, ids, rows, torch.tensor([0, 0, 1]))), 3)  # ln 2 · 2/3
+    0.462
+    """
+    total = symbols.new_zeros(())
+    count = 0
+    for t in range(symbols.shape[1]):
+        at = rows[:, t]
+        if not at.any():
+            continue
+        keys, group = torch.unique(torch.cat([agent[at, None], ids[at, t]], 1), dim=0,
+                                   return_inverse=True)
+        lp = symbols[at, t]
+        for g, key in enumerate(keys):
+            valid = key[1:] >= 0
+            members = lp[group == g][:, valid]
+            mean = torch.logsumexp(members, 0) - math.log(len(members))  # log π̄
+            total = total - len(members) * (mean.exp() * mean).sum()
+            count += len(members)
+    return total / max(count, 1)

@@ -36,7 +36,7 @@ from typing import Literal
 import torch
 
 from marl import seeds
-from marl.algorithms.alphabets import alphabet, answer_floor_gap, pad_ids
+from marl.algorithms.alphabets import alphabet, answer_floor_gap, pad_ids, signal_entropy
 from marl.algorithms.config import TrainConfig
 from marl.ledger import Ledger, LedgerRow
 from marl.policies.lm import LMPolicy
@@ -125,6 +125,8 @@ class Samples:
     support: torch.Tensor | None = None
     # (S,): the row is an answer (its agent's final call).
     answer: torch.Tensor | None = None
+    # (S,): the row's agent (index into the batch's agents).
+    agent: torch.Tensor | None = None
 
 
 def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
@@ -151,6 +153,7 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
                 demos=demos, solved=batch.group_solved[bi])
     calls = {k: _call(team, batch, k) for k in slots}
     s.answer = torch.tensor([calls[k][1] for _, k in rows], dtype=torch.bool)
+    s.agent = batch.call_agent[ki]
     if support:
         alphabets = {call: alphabet(t, team, call, support) for call in set(calls.values())}
         s.support = pad_ids([alphabets[calls[k]] for _, k in rows])
@@ -168,6 +171,7 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
         demos=s.demos + [_demo_ids(t, team, oracle, b, k) for b, k in extra],
         solved=torch.cat([s.solved, s.solved.new_zeros(n)]),
         answer=torch.cat([s.answer, s.answer.new_zeros(n)]),
+        agent=torch.cat([s.agent, s.agent.new_full((n,), -1)]),
         support=None if s.support is None else torch.cat(
             [s.support, s.support.new_full((n, *s.support.shape[1:]), -1)]))
 
@@ -287,6 +291,10 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
             floor = (symbols * valid).sum(-1) / valid.sum(-1).clamp(min=1)
             loss = loss - cfg.symbol_floor * aggregate(floor, reg & has, cfg.aggregation)
             stats["symbol_logprob"] = float(aggregate(floor.detach(), has, "token"))
+        if cfg.signal_entropy > 0:
+            spread = signal_entropy(symbols, ids, has, s.agent.to(mask.device))
+            loss = loss - cfg.signal_entropy * spread
+            stats["signal_entropy"] = float(spread.detach())
         if cfg.answer_floor > 0:
             answers = has & s.answer.to(mask.device)[:, None]
             gap, rare = answer_floor_gap(symbols, ids, answers, cfg.answer_floor)
@@ -381,7 +389,8 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
                       s.advantages[gen_rows],
                       solved=s.solved[gen_rows] if s.solved is not None else None,
                       support=s.support[gen_rows] if s.support is not None else None,
-                      answer=s.answer[gen_rows] if s.answer is not None else None)
+                      answer=s.answer[gen_rows] if s.answer is not None else None,
+                      agent=s.agent[gen_rows] if s.agent is not None else None)
         width = int(mask[:g].sum(-1).max())
         loss, stats = pg_terms(t, sub, cfg, tuple(x[:g, :width] for x in scored))
     if demo_rows:

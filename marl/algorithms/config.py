@@ -166,6 +166,14 @@ class TrainConfig(BaseModel):
         "kept at the floor). On lewis with 8 objects, seed 0, "
         "whose listener without it stops answering 3 and stays at 0.89, it first acted at "
         "iteration 84 and the team reached 1.0 at 530 (README, Status). 0: off.")
+    signal_entropy: float = Field(
+        0.0, ge=0, description="Weight of a positive-signalling bonus (Eccles et al., 2019): "
+        "the entropy of each agent's symbols averaged over the batch's calls, per position "
+        "and alphabet (Task.symbols; one token per symbol), so an agent keeps saying different "
+        "things for different inputs: a relay that starts writing one letter for two facts "
+        "loses this entropy, and the term pushes the second back towards a letter no fact "
+        "uses. Unlike the entropy bonus it does not reward a call for being unsure. "
+        "0 (default): off.")
     aggregation: Literal["token", "sequence"] = Field(
         "token", description="token: mean over all tokens; sequence: mean of per-sequence means.")
     sft_coef: float = Field(0.0, ge=0, description="L = L_RL + sft_coef * L_SFT on the task "
