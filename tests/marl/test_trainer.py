@@ -757,10 +757,8 @@ def test_anchor_credit_is_each_calls_q_minus_v(baseline):
 
 
 def test_signal_entropy_is_logged_and_moves_the_policy(tmp_path):
-    """With only the positive-signalling term (no policy gradient on an all-failing toy
-    batch is ruled out: the relay's random start rarely succeeds), a step logs the
-    entropy of the agents' letters averaged over their calls (at most ln 26) and changes
-    the parameters."""
+    """With the KL, entropy and answer-floor terms off, a step logs the entropy of the
+    agents' letters averaged over their calls (at most ln 26) and changes the parameters."""
     data = yaml.safe_load((ROOT / "scenarios" / "relay_chain.yaml").read_text())
     data["task"]["params"]["fact_length"] = 1
     cfg = small(iterations=1, signal_entropy=1.0, kl_coef=0.0, entropy_coef=0.0,
