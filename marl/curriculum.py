@@ -43,6 +43,20 @@ def stage_name(curriculum: list[Stage], index: int) -> str | None:
     return curriculum[index].name or f"stage_{index}"
 
 
+def promoted(stage: Stage, success: float | None, iterations: int) -> bool:
+    """Whether ``stage``'s rule is met after ``iterations`` in it, with the eval success
+    rate ``success`` (None: no evaluation this iteration).
+
+    >>> promoted(Stage(promote_at=0.8), 0.8, 3), promoted(Stage(promote_at=0.8), None, 3)
+    (True, False)
+    >>> promoted(Stage(after=5), None, 5)
+    True
+    """
+    return (stage.promote_at is not None and success is not None
+            and success >= stage.promote_at) or (stage.after is not None
+                                                 and iterations >= stage.after)
+
+
 def variant(team: Team, overrides: dict[str, Any], where: str) -> Team:
     """``team``'s scenario with ``overrides`` merged in (see :func:`merge`), validated; it
     must keep the agents and their policies, since the same weights go on training."""

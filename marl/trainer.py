@@ -50,7 +50,7 @@ from marl.algorithms.alphabets import check_alphabets
 from marl.algorithms.common import begin_rl, reference_weights
 from marl.algorithms.config import TrainConfig
 from marl.algorithms.warmup import Habits, check_prior, warmup_stage, warmup_step
-from marl.curriculum import stage_name, stage_teams, variant
+from marl.curriculum import promoted, stage_name, stage_teams, variant
 from marl.errors import ConfigError, MarlError
 from marl.io import (
     append_jsonl,
@@ -340,14 +340,16 @@ class Trainer:
 
     def _maybe_reset_reference(self, success: float) -> None:
         """A team evaluating at ``kl_reset_at`` or better, ``kl_reset_every`` iterations or
-        more after the reference was last set, is held where it is: the KL's reference
-        becomes the current policy."""
+        more after the reference was last set, is held where it is (a reset as in ProRL)."""
         cfg = self.cfg
         if (cfg.kl_reset_at is not None and success >= cfg.kl_reset_at
                 and self.iteration - self.reference_at >= cfg.kl_reset_every):
-            # a reference reset (as in ProRL): the KL holds the policy near where it is now
-            begin_rl(self.learner.trainables, cfg, reset_optimizer=False)
-            self.reference_at = self.iteration
+            self._renew_reference()
+
+    def _renew_reference(self) -> None:
+        """The KL term's reference becomes the current policy."""
+        begin_rl(self.learner.trainables, self.cfg, reset_optimizer=False)
+        self.reference_at = self.iteration
 
     def _maybe_settle(self, success: float) -> None:
         """A team evaluating at ``settle_at`` or better is settled: every optimizer takes
@@ -418,22 +420,18 @@ class Trainer:
         """Move to the next curriculum stage when the current one's rule is met."""
         if self.stage == len(self.teams) - 1:
             return
-        stage = self.cfg.curriculum[self.stage]
-        reached = (stage.promote_at is not None
-                   and row.get("eval_success_rate", -1.0) >= stage.promote_at)
-        if reached or (stage.after is not None
-                       and self.iteration - self.stage_start >= stage.after):
-            self.stage, self.stage_start = self.stage + 1, self.iteration
-            self.learner.team = self.team
-            if self.settled:  # a new task to learn: full steps again
-                self._set_optimizers(eps=self.cfg.adam_eps)
-                self.settled = False
-            if self.cfg.kl_reset_on_promotion and self.cfg.kl_coef > 0:
-                # the KL term holds what the stages so far taught, not the warm-up's habits
-                begin_rl(self.learner.trainables, self.cfg, reset_optimizer=False)
-                self.reference_at = self.iteration
-            self.log(f"curriculum: {stage_name(self.cfg.curriculum, self.stage)} from "
-                     f"iteration {self.iteration}")
+        if not promoted(self.cfg.curriculum[self.stage], row.get("eval_success_rate"),
+                        self.iteration - self.stage_start):
+            return
+        self.stage, self.stage_start = self.stage + 1, self.iteration
+        self.learner.team = self.team
+        if self.settled:  # a new task to learn: full steps again
+            self._set_optimizers(eps=self.cfg.adam_eps)
+            self.settled = False
+        if self.cfg.kl_reset_on_promotion:  # hold what the stages so far taught
+            self._renew_reference()
+        self.log(f"curriculum: {stage_name(self.cfg.curriculum, self.stage)} from "
+                 f"iteration {self.iteration}")
 
     def _row(self, batch: EpisodeBatch, stats: dict, seconds: float) -> dict[str, Any]:
         engines = {a.policy: self.policies[a.id] for a in self.team.agents}

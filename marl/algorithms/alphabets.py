@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -96,6 +96,23 @@ def pad_ids(rows: list[list[list[int]]]) -> torch.Tensor:
     return out
 
 
+def symbol_groups(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,
+                  by: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
+    """The log-probs ``(n, |S|)`` of each group of ``rows`` ``(S, L)`` that share a position
+    and an alphabet (and a value of ``by`` ``(S,)``, e.g. the row's agent): ``symbols``
+    ``(S, L, A)`` is each token's log-prob of each symbol of its alphabet, ``ids``
+    ``(S, L, A)`` the alphabets' token ids (-1 pads, dropped)."""
+    for t in range(symbols.shape[1]):
+        at = rows[:, t]
+        if not at.any():
+            continue
+        key = ids[at, t] if by is None else torch.cat([by[at, None], ids[at, t]], 1)
+        keys, group = torch.unique(key, dim=0, return_inverse=True)
+        lp = symbols[at, t]
+        for g, k in enumerate(keys):
+            yield lp[group == g][:, k[-ids.shape[2]:] >= 0]  # the alphabet, not its pads
+
+
 def answer_floor_gap(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,
                      floor: float) -> tuple[torch.Tensor, float]:
     """How far the batch's answers fall short of giving each symbol ``floor`` times its
@@ -113,32 +130,23 @@ def answer_floor_gap(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tenso
     """
     total = symbols.new_zeros(())
     count, below, pairs = 0, 0, 0
-    for t in range(symbols.shape[1]):
-        at = rows[:, t]
-        if not at.any():
-            continue
-        keys, group = torch.unique(ids[at, t], dim=0, return_inverse=True)
-        lp = symbols[at, t]
-        for g, key in enumerate(keys):
-            valid = key >= 0
-            members = lp[group == g][:, valid]
-            mean = torch.logsumexp(members, 0) - math.log(len(members))
-            short = (mean - math.log(floor / int(valid.sum()))).clamp(max=0)
-            total = total + len(members) * short.mean()
-            count += len(members)
-            below += int((short < 0).sum())
-            pairs += int(valid.sum())
+    for members in symbol_groups(symbols, ids, rows):
+        mean = torch.logsumexp(members, 0) - math.log(len(members))
+        short = (mean - math.log(floor / members.shape[1])).clamp(max=0)
+        total = total + len(members) * short.mean()
+        count += len(members)
+        below += int((short < 0).sum())
+        pairs += members.shape[1]
     return total / max(count, 1), below / max(pairs, 1)
 
 
 def signal_entropy(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,
                    agent: torch.Tensor) -> torch.Tensor:
     """The mean entropy (nats) of each agent's symbol distribution averaged over its calls:
-    for every (agent, position, alphabet) group of ``rows`` ``(S, L)``, π̄ is the mean of
-    ``symbols.exp()`` ``(S, L, A)`` over the group's rows and its entropy over the
-    alphabet's symbols (``ids`` ``(S, L, A)``, -1 pads) is weighted by the group's size.
-    ``agent`` ``(S,)`` is each row's agent. Highest when an agent says each symbol equally
-    often across its inputs, whatever it says for any one input.
+    for every (agent, position, alphabet) group of ``rows`` (see :func:`symbol_groups`),
+    π̄ is the mean of the group's ``symbols.exp()`` and its entropy over the alphabet is
+    weighted by the group's size. ``agent`` ``(S,)`` is each row's agent. Highest when an
+    agent says each symbol equally often across its inputs, whatever it says for any one.
 
     >>> lp = torch.log(torch.tensor([[[1.0, 1e-9]], [[1e-9, 1.0]], [[1.0, 1e-9]]]))
     >>> ids, rows = torch.tensor([[[4, 5]]] * 3), torch.ones(3, 1, dtype=torch.bool)
@@ -147,17 +155,8 @@ def signal_entropy(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,
     """
     total = symbols.new_zeros(())
     count = 0
-    for t in range(symbols.shape[1]):
-        at = rows[:, t]
-        if not at.any():
-            continue
-        keys, group = torch.unique(torch.cat([agent[at, None], ids[at, t]], 1), dim=0,
-                                   return_inverse=True)
-        lp = symbols[at, t]
-        for g, key in enumerate(keys):
-            valid = key[1:] >= 0
-            members = lp[group == g][:, valid]
-            mean = torch.logsumexp(members, 0) - math.log(len(members))  # log π̄
-            total = total - len(members) * (mean.exp() * mean).sum()
-            count += len(members)
+    for members in symbol_groups(symbols, ids, rows, by=agent):
+        mean = torch.logsumexp(members, 0) - math.log(len(members))  # log π̄
+        total = total - len(members) * (mean.exp() * mean).sum()
+        count += len(members)
     return total / max(count, 1)

@@ -206,15 +206,12 @@ def anchor_advantages(
         raise ValueError(
             f"anchor_advantages expects returns, state_ids and action_ids of one shape [S]; "
             f"got {tuple(returns.shape)}, {tuple(state_ids.shape)}, {tuple(action_ids.shape)}")
-    # (R − V) − (R − Q) = Q − V, with each group's NaN policy
-    adv = group_advantages(returns, state_ids) - group_advantages(returns, action_ids)
-    if not scale:
-        return adv
-    idx, n_groups = dense_group_index(state_ids)
-    r = returns.to(compute_dtype(returns.dtype))
-    cnt = torch.bincount(idx, minlength=n_groups).to(r.dtype)
-    mean = r.new_zeros(n_groups).index_add(0, idx, r) / cnt.clamp(min=1)
-    dev = r - mean.index_select(0, idx)
-    var = r.new_zeros(n_groups).index_add(0, idx, dev * dev) / (cnt - 1).clamp(min=1)
-    std = var.clamp(min=0).sqrt()
-    return (adv.to(r.dtype) / (std + eps).index_select(0, idx)).to(returns.dtype)
+    dt = compute_dtype(returns.dtype)
+    dev = group_advantages(returns.to(dt), state_ids)  # R − V, with the NaN policy
+    adv = dev - group_advantages(returns.to(dt), action_ids)  # (R − V) − (R − Q) = Q − V
+    if scale:
+        idx, n_groups = dense_group_index(state_ids)
+        cnt = torch.bincount(idx, minlength=n_groups).to(dt)
+        var = dev.new_zeros(n_groups).index_add(0, idx, dev * dev) / (cnt - 1).clamp(min=1)
+        adv = adv / (var.sqrt() + eps).index_select(0, idx)
+    return adv.to(returns.dtype)

@@ -227,6 +227,19 @@ def reference_is_policy(trainer: Trainer) -> bool:
                                                  t.policy.parameters(), strict=True))
 
 
+def reference_renewals(trainer: Trainer, iterations: int) -> set[int]:
+    """Train; the RL iterations right after which the KL reference equals the policy."""
+    same = {}
+
+    def check(row):
+        if row["phase"] == "rl":
+            same[row["iteration"]] = reference_is_policy(trainer)
+
+    trainer.train(progress=check)
+    assert len(same) == iterations
+    return {i for i, s in same.items() if s}
+
+
 @pytest.mark.parametrize(("task", "reset_at", "every", "resets"), [
     ("always_right", 0.95, 1, {2, 4, 6, 7}),  # evaluated every 2 iterations and at the end
     ("always_right", 0.95, 3, {4, 7}),  # at least 3 iterations apart, from the start of RL
@@ -239,15 +252,7 @@ def test_the_kl_reference_becomes_the_policy_when_the_team_evaluates_well(
     # entropy bonus on every token, so that the policy moves without a policy gradient
     cfg = small(iterations=7, eval_every=2, kl_reset_at=reset_at, kl_reset_every=every,
                 entropy_target=None)
-    trainer = Trainer(team, cfg, tmp_path)
-    same = {}
-
-    def check(row):
-        if row["phase"] == "rl":
-            same[row["iteration"]] = reference_is_policy(trainer)
-
-    trainer.train(progress=check)
-    assert {i for i, s in same.items() if s} == resets and len(same) == 7
+    assert reference_renewals(Trainer(team, cfg, tmp_path), 7) == resets
 
 
 @pytest.mark.parametrize(("renew", "resets"), [(True, {2}), (False, set())])
@@ -259,14 +264,7 @@ def test_promotion_renews_the_kl_reference(renew, resets, tmp_path, monkeypatch)
     cfg = small(iterations=5, eval_every=2, entropy_target=None, curriculum=curriculum,
                 kl_reset_on_promotion=renew)
     trainer = Trainer(scored_team(monkeypatch, "always_right"), cfg, tmp_path)
-    same = {}
-
-    def check(row):
-        if row["phase"] == "rl":
-            same[row["iteration"]] = reference_is_policy(trainer)
-
-    trainer.train(progress=check)
-    assert {i for i, s in same.items() if s} == resets and len(same) == 5
+    assert reference_renewals(trainer, 5) == resets
     assert trainer.reference_at == min(resets, default=0)
 
 
