@@ -37,6 +37,10 @@ HABITS = 10
 LEAGUE = 11
 #: Replays of ``marl analyze`` (interventions on a checkpoint): ``(seed, ANALYSIS)``.
 ANALYSIS = 12
+#: ``promotion_warmup`` on reaching curriculum stage ``k``: the greedy episodes that show
+#: the team's code, ``(run_seed, PROMOTION, k)``, and step ``s``'s, ``(run_seed, PROMOTION,
+#: k, s)``.
+PROMOTION = 13
 
 
 def derive_seed(seed: int, *path: int) -> int:

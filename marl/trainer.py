@@ -49,7 +49,7 @@ from marl.algorithms import learner_class
 from marl.algorithms.alphabets import check_alphabets
 from marl.algorithms.common import begin_rl, reference_weights
 from marl.algorithms.config import TrainConfig
-from marl.algorithms.warmup import Habits, check_prior, warmup_stage, warmup_step
+from marl.algorithms.warmup import Habits, check_prior, promotion_warmup, warmup_stage, warmup_step
 from marl.curriculum import promoted, stage_name, stage_teams, variant
 from marl.errors import ConfigError, MarlError
 from marl.io import (
@@ -428,10 +428,18 @@ class Trainer:
         if self.settled:  # a new task to learn: full steps again
             self._set_optimizers(eps=self.cfg.adam_eps)
             self.settled = False
+        carried = ""
+        if self.cfg.promotion_warmup:  # the team's code, carried to the longer messages
+            out = promotion_warmup(self.learner.trainables, self.teams[self.stage - 1],
+                                   self.team, self.policies, self.cfg, self.stage)
+            row["promotion_warmup"] = out
+            carried = (f"; {self.cfg.promotion_warmup} supervised steps on the team's own "
+                       f"code ({out['code_symbols']:.0f} symbols), SFT loss "
+                       f"{out['sft_loss_first']:.3f} -> {out['sft_loss_last']:.3f}")
         if self.cfg.kl_reset_on_promotion:  # hold what the stages so far taught
             self._renew_reference()
         self.log(f"curriculum: {stage_name(self.cfg.curriculum, self.stage)} from "
-                 f"iteration {self.iteration}")
+                 f"iteration {self.iteration}{carried}")
 
     def _row(self, batch: EpisodeBatch, stats: dict, seconds: float) -> dict[str, Any]:
         engines = {a.policy: self.policies[a.id] for a in self.team.agents}

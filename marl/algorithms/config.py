@@ -200,6 +200,11 @@ class TrainConfig(BaseModel):
         "warm-up's episodes (otherwise a fresh random message), so a habit is a strong "
         "preference, not a certainty, and can still be unlearnt.")
     warmup_steps: int = Field(200, ge=0, description="Optimizer steps of the warm-up.")
+    promotion_warmup: int = Field(
+        0, ge=0, description="curriculum with warmup_prior: ciphers: on each promotion, this "
+        "many supervised steps on the next stage whose targets are every agent's own code on "
+        "the stage passed (what it wrote for each symbol it read, learnt from reward), "
+        "applied symbol by symbol to the next stage's longer messages. 0: none.")
     warmup_episodes: int = Field(32, ge=1, description="Episodes the warm-up source plays "
                                  "per step (every call of a trainable agent is a target).")
     curriculum: list[Stage] = Field(
@@ -294,6 +299,13 @@ class TrainConfig(BaseModel):
             raise ValueError(f"{', '.join(sorted(shaping))} shape the random policy's "
                              "messages; the oracle warm-up imitates the oracle. Remove them "
                              "or use warmup_source: random.")
+        if self.promotion_warmup and not (self.warmup_source == "random"
+                                          and self.warmup_prior == "ciphers"
+                                          and self.curriculum):
+            raise ValueError(f"promotion_warmup={self.promotion_warmup} carries a team's code "
+                             "from one curriculum stage to the next with the ciphers prior's "
+                             "rule; it needs a curriculum, warmup_source: random and "
+                             "warmup_prior: ciphers. Set those or drop promotion_warmup.")
         if self.warmup_prior == "uniform" and "habit_strength" in changed:
             raise ValueError("habit_strength applies to warmup_prior: habits; remove it or "
                              "set warmup_prior: habits.")

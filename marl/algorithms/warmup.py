@@ -73,6 +73,11 @@ first stage alone (26 facts), after 200 steps the source's greedy letters for 22
 took 9-12 values, after 800 steps 22, and only then (with a weaker entropy bonus, 0.01)
 did three- and five-agent chains learn from reward (README, Status).
 
+With ``ciphers`` and a curriculum, :func:`promotion_warmup` trains, on each promotion,
+the next stage's longer messages on each agent's *own* code, read from its episodes
+(:func:`team_codes`), applied symbol by symbol: the code was learnt from reward, only its
+extension is given.
+
 Learning habits is a plateau, then a jump: the loss stays at that of a uniform letter
 until the model finds what to read, and only then does its output follow its input. Each
 warm-up evaluation's ``habit_agreement`` (:func:`habit_agreement`) says where an agent is.
@@ -85,6 +90,7 @@ until step 100); with ``habit_strength: 1.0`` (targets without the random quarte
 from __future__ import annotations
 
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -131,10 +137,13 @@ class Habits:
     TRIES = 64
 
     def __init__(self, seed: int, table: dict[str, dict[str, str]] | None = None,
-                 ciphers: bool = False):
+                 ciphers: bool = False, codes: dict[str, dict[str, str]] | None = None):
         self.seed = seed
         self.table: dict[str, dict[str, str]] = table or {}
         self.ciphers = ciphers
+        #: ``ciphers``: symbols an agent writes for a symbol it read, by :func:`code_key`,
+        #: in place of its random cipher (the team's own code, :func:`team_codes`).
+        self.codes: dict[str, dict[str, str]] = codes or {}
 
     def message(self, team: Team, agent: str, observation: str, final: bool = False) -> str:
         """The habit of ``agent`` for ``observation`` (an answer when ``final``)."""
@@ -167,6 +176,7 @@ class Habits:
         (:meth:`Task.read_symbols`) through the agent's cipher, a random permutation of
         that position's alphabet seeded by the run's seed, the agent, ``final`` and the
         alphabet, so one agent writes the same symbol for a symbol wherever it stands.
+        Where :attr:`codes` has the agent's symbol for it, that symbol instead.
         ``None`` where the task lines nothing up with the message."""
         read = team.task.read_symbols(agent, observation, final)
         alphabets = team.task.symbols(agent, final)
@@ -176,11 +186,44 @@ class Habits:
         for c, alphabet in zip(read, alphabets, strict=True):
             if c not in alphabet:
                 return None
+            code = self.codes.get(code_key(agent, final, alphabet), {})
+            if c in code:
+                out.append(code[c])
+                continue
             key = seeds.derive_seed(self.seed, seeds.HABITS, zlib.crc32(agent.encode()),
                                     int(final), zlib.crc32(alphabet.encode()))
             order = np.random.default_rng(key).permutation(len(alphabet))
             out.append(alphabet[order[alphabet.index(c)]])
         return "".join(out)
+
+
+def code_key(agent: str, final: bool, alphabet: str) -> str:
+    """The key of one agent's code over one alphabet, for messages or answers."""
+    return f"{agent}|{int(final)}|{alphabet}"
+
+
+def team_codes(team: Team, batch: EpisodeBatch) -> dict[str, dict[str, str]]:
+    """Each agent's code as its calls in ``batch`` show it, by :func:`code_key`: for each
+    symbol it read (:meth:`Task.read_symbols`), the symbol it wrote most often in the same
+    position (ties: the one written first). Calls whose message does not line up with what
+    was read (another length, a symbol outside the alphabet) show nothing."""
+    counts: dict[str, dict[str, Counter[str]]] = {}
+    for b, record in enumerate(batch.records):
+        for k, call in enumerate(record["transcript"]):
+            agent = call["agent"]
+            final = team.is_final_call(agent, call["round"])
+            read = team.task.read_symbols(agent, batch.observations[b][k], final)
+            alphabets = team.task.symbols(agent, final)
+            said = call["message"]
+            if read is None or alphabets is None or not len(read) == len(said) == len(
+                    alphabets):
+                continue
+            for c, s, alphabet in zip(read, said, alphabets, strict=True):
+                if c in alphabet and s in alphabet:
+                    by = counts.setdefault(code_key(agent, final, alphabet), {})
+                    by.setdefault(c, Counter())[s] += 1
+    return {key: {c: n.most_common(1)[0][0] for c, n in by.items()}
+            for key, by in counts.items()}
 
 
 def check_prior(teams: Sequence[Team], cfg: TrainConfig) -> None:
@@ -265,11 +308,14 @@ def warmup_stage(step: int, stages: int, steps: int) -> int:
 
 
 def warmup_step(trainables: Sequence[Trainable], teams: Sequence[Team], cfg: TrainConfig,
-                step: int, habits: Habits) -> tuple[dict[str, float], EpisodeBatch]:
-    """One optimizer step per trainable policy on a fresh source batch; returns the mean
-    SFT loss (``sft_loss``), the guard's counters, and the batch."""
+                step: int, habits: Habits, seed: int | None = None
+                ) -> tuple[dict[str, float], EpisodeBatch]:
+    """One optimizer step per trainable policy on a fresh source batch (its episodes
+    seeded by ``seed``, by default the warm-up's for ``step``); returns the mean SFT loss
+    (``sft_loss``), the guard's counters, and the batch."""
     team = teams[warmup_stage(step, len(teams), cfg.warmup)]
-    seed = seeds.derive_seed(cfg.seed, seeds.WARMUP, step)
+    if seed is None:
+        seed = seeds.derive_seed(cfg.seed, seeds.WARMUP, step)
     batch = source_episodes(team, cfg, habits, seed)
     stats: dict[str, float] = {"sft_loss": 0.0, "grad_norm": 0.0, "skipped": 0.0}
     for t in trainables:
@@ -282,3 +328,35 @@ def warmup_step(trainables: Sequence[Trainable], teams: Sequence[Team], cfg: Tra
         stats["grad_norm"] += out["grad_norm"] / len(trainables)
         stats["skipped"] += out["skipped"]
     return stats, batch
+
+
+#: Greedy episodes of the stage just passed that show :func:`promotion_warmup` the team's
+#: code (26 one-letter facts: each seen about ten times).
+CODE_EPISODES = 256
+
+
+def promotion_warmup(trainables: Sequence[Trainable], passed: Team, team: Team,
+                     policies: dict[str, Policy], cfg: TrainConfig, stage: int
+                     ) -> dict[str, float]:
+    """``cfg.promotion_warmup`` supervised steps on ``team``, the curriculum stage ``stage``
+    just reached, whose targets are each agent's *own* code: what it wrote for each symbol
+    it read on ``passed`` (the stage left, :data:`CODE_EPISODES` greedy episodes,
+    :func:`team_codes`), applied symbol by symbol (the ``ciphers`` prior's rule; symbols
+    the episodes do not show keep the agent's warm-up cipher). The code was learnt from
+    reward; these steps carry it to the longer messages of the next stage, which RL on
+    the stage passed left untouched or garbled (a tiny model does not extend it by
+    itself). Returns the first and last steps' SFT loss, the symbols the codes cover and
+    the guard's count of skipped updates."""
+    seed = seeds.derive_seed(cfg.seed, seeds.PROMOTION, stage)
+    shown = collect(passed, policies, CODE_EPISODES, 1, seed=seed, greedy=True)
+    codes = team_codes(passed, shown)
+    habits = Habits(cfg.seed, ciphers=True, codes=codes)
+    losses, skipped = [], 0.0
+    for step in range(cfg.promotion_warmup):
+        stats, _ = warmup_step(trainables, [team], cfg, step, habits,
+                               seed=seeds.derive_seed(cfg.seed, seeds.PROMOTION, stage, step))
+        losses.append(stats["sft_loss"])
+        skipped += stats["skipped"]
+    return {"steps": float(len(losses)), "sft_loss_first": losses[0] if losses else 0.0,
+            "sft_loss_last": losses[-1] if losses else 0.0,
+            "code_symbols": float(sum(len(c) for c in codes.values())), "skipped": skipped}

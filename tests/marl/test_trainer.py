@@ -510,6 +510,25 @@ def test_curriculum_moves_through_its_stages_and_resumes_in_the_same_stage(tmp_p
     assert again == full
 
 
+def test_promotion_warmup_carries_the_teams_code_to_the_next_stage(tmp_path):
+    curriculum = [{"name": "short", "task": {"fact_length": 1}, "after": 2},
+                  {"name": "longer", "task": {"fact_length": 2}}]
+    cfg = small(iterations=4, episodes_per_iter=2, group_size=2, curriculum=curriculum,
+                warmup_steps=2, warmup_episodes=2, eval_every=1, warmup_prior="ciphers",
+                promotion_warmup=12)
+    trainer = Trainer(relay_team(), cfg, tmp_path / "run")
+    trainer.train()
+    rl = [r for r in trainer.rows if r["phase"] == "rl"]
+    assert [r["stage"] for r in rl] == ["short"] * 2 + ["longer"] * 2
+    carried = rl[1]["promotion_warmup"]  # at the promotion, and only there
+    assert [("promotion_warmup" in r) for r in rl] == [False, True, False, False]
+    assert carried["steps"] == 12  # (an untrained team shows no code: test_common has one)
+    assert carried["sft_loss_last"] < carried["sft_loss_first"]  # the steps learnt
+    # killed right after the promotion, it resumes in the next stage, exactly
+    full, again = kill_and_resume(relay_team(), cfg, tmp_path, kill_at=2, resume_from=2)
+    assert again == full
+
+
 @pytest.mark.parametrize(("curriculum", "message"), [
     ([{"task": {"fact_length": 1}}, {"task": {"fact_length": 2}}], "no promotion rule"),
     ([{"task": {"fact_length": 1}, "after": 2}, {"task": {}, "after": 3}], "last stage"),
@@ -568,6 +587,9 @@ def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_
     (["kl_reset_every=10"], "kl_reset_at is null"),
     (["credit=anchor", "baseline=loo"], "baseline must be mean or mean_std"),
     (["kl_reset_on_promotion=false"], "there is no curriculum"),
+    (["promotion_warmup=10", "warmup_prior=ciphers"], "needs a curriculum"),
+    ([f"curriculum={json.dumps([{'after': 1}, {}])}", "promotion_warmup=10"],
+     "warmup_prior: ciphers"),
     (["settle_at=null", "settled_eps=1e-4"], "settle_at is null"),
 ])
 def test_settings_the_algorithm_ignores_are_rejected(sets, message):

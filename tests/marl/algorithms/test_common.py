@@ -263,6 +263,63 @@ def test_cipher_habits_encipher_what_was_read_letter_by_letter():
     assert team.task.valid_message("a1", habits.message(team, "a1", garbled), False)
 
 
+def test_team_codes_read_each_agents_code_back_and_habits_carry_it_to_longer_messages():
+    import string
+
+    import yaml
+
+    from marl.algorithms.warmup import HabitPolicy, Habits, code_key, team_codes
+
+    data = yaml.safe_load((ROOT / "scenarios" / "relay_chain.yaml").read_text())
+    data["task"]["params"]["fact_length"] = 1
+    short = load_team(data)
+    cipher = Habits(seed=3, ciphers=True)
+    player = HabitPolicy(short, cipher, strength=1.0, seed=0)
+    batch = collect(short, dict.fromkeys(short.ids, player), 200, 1, seed=0)
+    codes = team_codes(short, batch)
+    letters = string.ascii_lowercase
+    relay = codes[code_key("a1", False, letters)]
+    assert len(relay) >= 20  # the letters a1 heard in 200 episodes
+    for heard, said in relay.items():  # what it said for each letter it heard: its cipher
+        assert cipher.peek(short, "a1", f"you are a1 (relay). fact: ?\n[round 1]\na0> "
+                                        f"{heard}\na1>") == said
+    assert code_key("a4", True, letters) in codes  # the answer's code, apart
+    # the code carried to 2-letter messages, symbol by symbol; a letter it does not cover
+    # keeps the warm-up cipher
+    data["task"]["params"]["fact_length"] = 2
+    longer = load_team(data)
+    x, y, missing = sorted(relay)[:3]
+    relay[x] = other = next(c for c in letters if c != relay[x])  # not the warm-up cipher
+    del relay[missing]
+    carried = Habits(seed=3, ciphers=True, codes=codes)
+    heard = f"you are a1 (relay). fact: ??\n[round 1]\na0> {x}{y}\na1>"
+    assert carried.message(longer, "a1", heard) == other + relay[y]
+    heard = f"you are a1 (relay). fact: ??\n[round 1]\na0> {missing}{y}\na1>"
+    assert carried.message(longer, "a1", heard) == \
+        Habits(seed=3, ciphers=True).peek(longer, "a1", heard)[0] + relay[y]
+
+
+def test_promotion_warmup_trains_on_the_code_the_passed_stage_shows():
+    import yaml
+
+    from marl.algorithms.warmup import HabitPolicy, Habits, promotion_warmup
+
+    data = yaml.safe_load((ROOT / "scenarios" / "relay_chain.yaml").read_text())
+    data["task"]["params"]["fact_length"] = 1
+    short = load_team(data)
+    data["task"]["params"]["fact_length"] = 2
+    longer = load_team(data)
+    cfg = TrainConfig(warmup_prior="ciphers", warmup_episodes=8, habit_strength=1.0, lr=3e-3,
+                      curriculum=[{"after": 1}, {}], promotion_warmup=15)
+    models = build_policies(longer)
+    ts = trainables(longer, models, cfg)
+    # the team played by a scripted code (every call well formed, its own cipher)
+    shown = dict.fromkeys(short.ids, HabitPolicy(short, Habits(seed=9, ciphers=True), 1.0))
+    out = promotion_warmup(ts, short, longer, shown, cfg, stage=1)
+    assert out["code_symbols"] > 4 * 20  # each agent's code over most letters
+    assert out["steps"] == 15 and out["sft_loss_last"] < out["sft_loss_first"]
+
+
 def test_cipher_habits_need_a_task_that_lines_messages_up(tmp_path):
     import pytest
 
