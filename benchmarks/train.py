@@ -34,6 +34,7 @@ output that comes from a run using the task oracle says so.
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -117,10 +118,14 @@ def target_run(scenario: str | dict, target: float, budget: float, out: Path,
         found = (f"best eval success {best['eval_success_rate']:.3f} at iteration "
                  f"{best['iteration']}")
     elif rows:  # a curriculum that never reached its last stage, where "best" is kept
-        top = max(rows, key=lambda r: r["eval_success_rate"])
-        found = (f"no evaluation in the last stage; best eval success "
-                 f"{top['eval_success_rate']:.3f} at iteration {top['iteration']} (stage "
-                 f"{top['stage']})")
+        tops = {}
+        for r in rows:
+            if r["eval_success_rate"] > tops.get(r["stage"], {"eval_success_rate": -1})[
+                    "eval_success_rate"]:
+                tops[r["stage"]] = r
+        found = ("no evaluation in the last stage; best eval success by stage: " + ", ".join(
+            f"{stage} {r['eval_success_rate']:.3f} at iteration {r['iteration']}"
+            for stage, r in tops.items()))
     else:
         found = "no evaluation"
     print(f"{name}{label}: {found}; target {target} "
@@ -369,8 +374,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     out = args.out or Path(tempfile.mkdtemp(prefix="marl-bench-"))
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
+    # a target run's own settings (relay: its curriculum) are checked with --set's
+    own = TARGET_RUNS[args.which][3] if args.which in TARGET_RUNS else {}
     try:
-        cfg = load_config(sets=args.sets)
+        cfg = load_config(sets=[f"{k}={json.dumps(v)}" for k, v in own.items()] + args.sets)
     except ConfigError as exc:
         parser.error(str(exc))
     sets = {k: getattr(cfg, k) for k in cfg.model_fields_set}  # only what --set named

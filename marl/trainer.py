@@ -435,7 +435,9 @@ class Trainer:
             row["promotion_warmup"] = out
             carried = (f"; {self.cfg.promotion_warmup} supervised steps on the team's own "
                        f"code ({out['code_symbols']:.0f} symbols), SFT loss "
-                       f"{out['sft_loss_first']:.3f} -> {out['sft_loss_last']:.3f}")
+                       f"{out['sft_loss_first']:.3f} -> {out['sft_loss_last']:.3f}"
+                       + (f", {out['skipped']:.0f} of them skipped (non-finite loss or "
+                          "gradient)" if out["skipped"] else ""))
         if self.cfg.kl_reset_on_promotion:  # hold what the stages so far taught
             self._renew_reference()
         self.log(f"curriculum: {stage_name(self.cfg.curriculum, self.stage)} from "
