@@ -45,11 +45,10 @@ import yaml
 from pydantic import ValidationError
 
 from marl import seeds
-from marl.algorithms import learner_class
+from marl.algorithms import learner_class, warmup
 from marl.algorithms.alphabets import check_alphabets
 from marl.algorithms.common import begin_rl, reference_weights
 from marl.algorithms.config import TrainConfig
-from marl.algorithms.warmup import Habits, check_prior, promotion_warmup, warmup_stage, warmup_step
 from marl.curriculum import promoted, stage_name, stage_teams, variant
 from marl.errors import ConfigError, MarlError
 from marl.io import (
@@ -89,7 +88,7 @@ class Trainer:
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.base = team  # the scenario as given; set() derives topology / cost variants
         self.teams = stage_teams(team, cfg.curriculum)
-        check_prior(self.teams, cfg)  # before any model loads
+        warmup.check_prior(self.teams, cfg)  # before any model loads
         self.policies = policies or build_policies(
             team, seed=seeds.derive_seed(cfg.seed, seeds.INIT))
         self.learner = learner_class(cfg.algorithm)(self.teams[0], self.policies, cfg)
@@ -104,7 +103,7 @@ class Trainer:
             # on the main job; one-thread runs are unchanged, bit for bit.
             torch.use_deterministic_algorithms(True, warn_only=True)
         self.warmed = 0  # warm-up steps done
-        self.habits = Habits(cfg.seed, ciphers=cfg.warmup_prior == "ciphers")
+        self.habits = warmup.Habits(cfg.seed, ciphers=cfg.warmup_prior == "ciphers")
         self.iteration = 0  # RL iterations done
         self.reference_at = 0  # iteration at which the KL's reference was last set
         self.settled = False  # evaluated at settle_at in this stage (see _maybe_settle)
@@ -177,7 +176,7 @@ class Trainer:
         self.stage, self.stage_start = state["stage"], state["stage_start"]
         self.reference_at = state.get("reference_at", 0)
         self.settled = state.get("settled", False)  # its eps came back with the optimizers
-        self.habits = Habits(self.cfg.seed, state["habits"],
+        self.habits = warmup.Habits(self.cfg.seed, state["habits"],
                              ciphers=self.cfg.warmup_prior == "ciphers")
         self.changed = {}
         self.set(**state.get("settings", {}))  # also points the learner at the stage's team
@@ -238,7 +237,7 @@ class Trainer:
         """The warm-up's last step: keep its model as ``checkpoints/warmup`` (the format-only
         team, and the reference of the KL term), drop the intermediate ones, start RL."""
         begin_rl(self.learner.trainables, self.cfg)
-        self.habits = Habits(self.cfg.seed)  # learnt; RL never needs them again
+        self.habits = warmup.Habits(self.cfg.seed)  # learnt; RL never needs them again
         self.save(self.out / "checkpoints" / "warmup")
         for stale in (self.out / "checkpoints").glob("warmup_*"):
             shutil.rmtree(stale)
@@ -297,7 +296,7 @@ class Trainer:
         return f"iteration {self.iteration}"
 
     # -- the loop ------------------------------------------------------------------------
-    def evaluate(self, sampled: bool = False, habits: Habits | None = None
+    def evaluate(self, sampled: bool = False, habits: warmup.Habits | None = None
                  ) -> tuple[dict[str, Any], list[dict]]:
         """:func:`marl.train_rows.evaluation` of the team as it is now."""
         return evaluation(self.team, self.policies, self.cfg, sampled, habits)
@@ -315,10 +314,10 @@ class Trainer:
 
     def _warmup_step(self) -> dict[str, Any]:
         cfg = self.cfg
-        stats, _ = warmup_step(self.learner.trainables, self.teams, cfg, self.warmed,
-                               self.habits)
+        stats, _ = warmup.warmup_step(self.learner.trainables, self.teams, cfg,
+                                      self.warmed, self.habits)
         self.warmed += 1
-        played = warmup_stage(self.warmed - 1, len(self.teams), cfg.warmup)
+        played = warmup.warmup_stage(self.warmed - 1, len(self.teams), cfg.warmup)
         row = {"phase": "warmup", "step": self.step_count, "iteration": 0,
                "warmup_step": self.warmed, "stage": stage_name(cfg.curriculum, played),
                "sft_loss": stats["sft_loss"], "grad_norm": stats["grad_norm"],
@@ -430,14 +429,10 @@ class Trainer:
             self.settled = False
         carried = ""
         if self.cfg.promotion_warmup:  # the team's code, carried to the longer messages
-            out = promotion_warmup(self.learner.trainables, self.teams[self.stage - 1],
-                                   self.team, self.policies, self.cfg, self.stage)
-            row["promotion_warmup"] = out
-            carried = (f"; {self.cfg.promotion_warmup} supervised steps on the team's own "
-                       f"code ({out['code_symbols']:.0f} symbols), SFT loss "
-                       f"{out['sft_loss_first']:.3f} -> {out['sft_loss_last']:.3f}"
-                       + (f", {out['skipped']:.0f} of them skipped (non-finite loss or "
-                          "gradient)" if out["skipped"] else ""))
+            row["promotion_warmup"] = out = warmup.promotion_warmup(
+                self.learner.trainables, self.teams[self.stage - 1], self.team,
+                self.policies, self.cfg, self.stage)
+            carried = f"; {warmup.carried_text(out)}"
         if self.cfg.kl_reset_on_promotion:  # hold what the stages so far taught
             self._renew_reference()
         self.log(f"curriculum: {stage_name(self.cfg.curriculum, self.stage)} from "

@@ -360,3 +360,12 @@ def promotion_warmup(trainables: Sequence[Trainable], passed: Team, team: Team,
     return {"steps": float(len(losses)), "sft_loss_first": losses[0] if losses else 0.0,
             "sft_loss_last": losses[-1] if losses else 0.0,
             "code_symbols": float(sum(len(c) for c in codes.values())), "skipped": skipped}
+
+
+def carried_text(out: dict[str, float]) -> str:
+    """What :func:`promotion_warmup` did, in words for the training log."""
+    skipped = (f", {out['skipped']:.0f} of them skipped (non-finite loss or gradient)"
+               if out["skipped"] else "")
+    return (f"{out['steps']:.0f} supervised steps on the team's own code "
+            f"({out['code_symbols']:.0f} symbols), SFT loss {out['sft_loss_first']:.3f} -> "
+            f"{out['sft_loss_last']:.3f}{skipped}")
