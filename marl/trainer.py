@@ -47,7 +47,7 @@ from pydantic import ValidationError
 from marl import seeds
 from marl.algorithms import learner_class, warmup
 from marl.algorithms.alphabets import check_alphabets
-from marl.algorithms.common import begin_rl, reference_weights
+from marl.algorithms.common import begin_rl, learning_now, reference_weights, turn_order
 from marl.algorithms.config import TrainConfig
 from marl.curriculum import promoted, stage_name, stage_teams, variant
 from marl.errors import ConfigError, MarlError
@@ -96,6 +96,8 @@ class Trainer:
             raise MarlError(f"{team.name} has no trainable policy: give at least one policy "
                             "a model backend (tiny or hf) in the scenario.")
         check_alphabets(self.learner.trainables, self.teams, cfg, self.log)
+        if cfg.turns:  # refused here, before anything is written
+            turn_order(self.learner.trainables, cfg)
         if all(t.policy.model.device.type == "cpu" for t in self.learner.trainables):
             # Same seed and thread count, same run: with torch's default kernels two runs on
             # two threads drifted apart (1e-7 in the warm-up's 9th loss; signal seed 2 then
@@ -370,9 +372,16 @@ class Trainer:
         seed = seeds.derive_seed(cfg.seed, seeds.TRAIN, self.iteration)
         batch = collect(self.team, self.policies, cfg.episodes_per_iter, cfg.group_size,
                         seed=seed)
-        stats = self.learner.update(batch, seed)
+        learning = learning_now(self.learner.trainables, cfg, self.iteration)
+        if learning is not None and self.iteration % cfg.turns == 0:
+            self.log(f"turn: {', '.join(sorted(learning))} learns in iterations "
+                     f"{self.iteration + 1}-{self.iteration + cfg.turns}, the others play "
+                     "unchanged")
+        stats = self.learner.update(batch, seed, learning)
         self.iteration += 1
         row = self._row(batch, stats, time.perf_counter() - start)
+        if learning is not None:
+            row["learning"] = sorted(learning)
         self._guard(stats)
         last_stage = self.stage == len(self.teams) - 1
         if self.iteration % cfg.eval_every == 0 or self.iteration == cfg.iterations:
@@ -466,8 +475,9 @@ class Trainer:
             if cfg.time_budget_s is not None and self.wall >= cfg.time_budget_s:
                 self.log(f"time budget of {cfg.time_budget_s:.0f} s reached")
                 break
+            # an evaluation of the last stage: not the one that promoted the team into it
             if (cfg.target_success is not None and row["phase"] == "rl"
-                    and self.stage == len(self.teams) - 1
+                    and row["stage"] == stage_name(cfg.curriculum, len(self.teams) - 1)
                     and row.get("eval_success_rate", -1) >= cfg.target_success):
                 self.log(f"target eval success {cfg.target_success} reached")
                 break

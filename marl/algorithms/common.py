@@ -36,8 +36,15 @@ from typing import Literal
 import torch
 
 from marl import seeds
-from marl.algorithms.alphabets import alphabet, answer_floor_gap, pad_ids, signal_entropy
+from marl.algorithms.alphabets import (
+    alphabet,
+    answer_floor_gap,
+    pad_ids,
+    signal_entropy,
+    support_kind,
+)
 from marl.algorithms.config import TrainConfig
+from marl.errors import MarlError
 from marl.ledger import Ledger, LedgerRow
 from marl.policies.lm import LMPolicy
 from marl.policies.scripted import ScriptedPolicy
@@ -365,6 +372,49 @@ def update(t: Trainable, s: Samples, cfg: TrainConfig, sft_coef: float, seed: in
     out = {k: v / max(n_steps, 1) for k, v in stats.items()}
     out["skipped"] = stats.get("skipped", 0.0)
     return out
+
+
+def policy_updates(trainables: list[Trainable], team: Team, batch: EpisodeBatch,
+                   adv: torch.Tensor, cfg: TrainConfig, sft_coef: float,
+                   oracle: EpisodeBatch | None, seed: int,
+                   learning: set[str] | None = None) -> dict[str, float]:
+    """:func:`update` of every policy named in ``learning`` (None: all) on its agents'
+    calls of ``batch``; the stats averaged over those policies."""
+    turn = [t for t in trainables if learning is None or t.name in learning]
+    stats: dict[str, float] = {}
+    for j, t in enumerate(trainables):
+        if learning is not None and t.name not in learning:
+            continue
+        s = samples_for(t, team, batch, adv, sft_coef > 0, oracle, support=support_kind(cfg))
+        for k, v in update(t, s, cfg, sft_coef, derive_seed(seed, seeds.SHUFFLE, j)).items():
+            stats[k] = stats.get(k, 0.0) + v / len(turn)
+    return stats
+
+
+def turn_order(trainables: list[Trainable], cfg: TrainConfig) -> list[str]:
+    """The policies in the order they take turns (``cfg.turns``): ``cfg.turn_order``, or
+    the scenario's from last to first. Raises a :class:`MarlError` naming the policies
+    when the order does not name each trainable policy once, or there is only one."""
+    names = [t.name for t in trainables]
+    if len(names) < 2:
+        raise MarlError(f"turns: {cfg.turns} lets the policies learn one at a time, and this "
+                        f"team trains one policy ({', '.join(names)}). Drop turns, or give "
+                        "the agents policies of their own in the scenario.")
+    order = list(cfg.turn_order) or names[::-1]
+    if sorted(order) != sorted(names):
+        raise MarlError(f"turn_order {order} must name every trainable policy once; this "
+                        f"team's are {', '.join(names)}.")
+    return order
+
+
+def learning_now(trainables: list[Trainable], cfg: TrainConfig,
+                 iteration: int) -> set[str] | None:
+    """Names of the policies that learn at RL iteration ``iteration``: with ``cfg.turns``
+    the one whose turn it is, else None (all of them)."""
+    if not cfg.turns:
+        return None
+    order = turn_order(trainables, cfg)
+    return {order[iteration // cfg.turns % len(order)]}
 
 
 def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,

@@ -54,6 +54,18 @@ class TrainConfig(BaseModel):
         "minus that of its calls with the same observation (Q(o, m) − V(o), GiGPO's anchor "
         "states; baseline mean_std divides by the observation's std of returns), so an "
         "agent is credited for its own choice and a teammate's lucky choice moves it little.")
+    turns: int = Field(
+        0, ge=0, description="Policies learn in turns (block-coordinate ascent, iterated best "
+        "response): for this many RL iterations only one policy is updated while its "
+        "teammates play unchanged, then the next in turn_order, round and round. Learners "
+        "that all move at once can undo each other (on relay_chain two facts end up sharing "
+        "a letter at some hop, and neither can be told apart again); one learner against "
+        "fixed teammates meets a stationary problem. 0 (default): every policy learns every "
+        "iteration.")
+    turn_order: list[str] = Field(
+        default_factory=list, description="Policy names in the order they take turns (every "
+        "trainable policy once); empty: the scenario's policies from last to first (in a "
+        "chain, the answerer first).")
     lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
     adam_eps: float = Field(
         1e-8, gt=0, description="Adam's epsilon while a team learns (added to the root of "
@@ -201,10 +213,12 @@ class TrainConfig(BaseModel):
         "preference, not a certainty, and can still be unlearnt.")
     warmup_steps: int = Field(200, ge=0, description="Optimizer steps of the warm-up.")
     promotion_warmup: int = Field(
-        0, ge=0, description="curriculum with warmup_prior: ciphers: on each promotion, this "
-        "many supervised steps on the next stage whose targets are every agent's own code on "
-        "the stage passed (what it wrote for each symbol it read, learnt from reward), "
-        "applied symbol by symbol to the next stage's longer messages. 0: none.")
+        0, ge=0, description="curriculum with warmup_prior: ciphers: on each promotion, up to "
+        "this many supervised steps per policy on the next stage whose targets are every "
+        "agent's own code on the stage passed (what it wrote for each symbol it read, learnt "
+        "from reward), applied symbol by symbol to the next stage's longer messages; a policy "
+        "stops once it follows its code (SFT loss below 0.01 nats a token for 10 steps in a "
+        "row). 0: none.")
     warmup_episodes: int = Field(32, ge=1, description="Episodes the warm-up source plays "
                                  "per step (every call of a trainable agent is a target).")
     curriculum: list[Stage] = Field(
@@ -299,6 +313,9 @@ class TrainConfig(BaseModel):
             raise ValueError(f"{', '.join(sorted(shaping))} shape the random policy's "
                              "messages; the oracle warm-up imitates the oracle. Remove them "
                              "or use warmup_source: random.")
+        if self.turn_order and not self.turns:
+            raise ValueError("turn_order orders the policies' turns, and there are none: set "
+                             "turns (iterations per turn) or drop turn_order.")
         if self.promotion_warmup and not (self.warmup_source == "random"
                                           and self.warmup_prior == "ciphers"
                                           and self.curriculum):

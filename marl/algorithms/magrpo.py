@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from marl import seeds
-from marl.algorithms.alphabets import support_kind
 from marl.algorithms.common import (
     Trainable,
     oracle_episodes,
+    policy_updates,
     rollout_cost,
-    samples_for,
     trainables,
-    update,
 )
 from marl.algorithms.config import TrainConfig
 from marl.credit import agent_credit
@@ -33,7 +30,6 @@ from marl.errors import MarlError
 from marl.kernels import anchor_advantages, group_advantages, group_key
 from marl.ledger import LedgerRow
 from marl.rollout import EpisodeBatch
-from marl.seeds import derive_seed
 from marl.team import Team
 
 
@@ -107,19 +103,16 @@ class MAGRPO:
             return adv[:, None].expand(-1, n)
         return per_agent_advantages(ret, batch.group_ids, self.cfg.baseline)
 
-    def update(self, batch: EpisodeBatch, seed: int) -> dict[str, float]:
+    def update(self, batch: EpisodeBatch, seed: int,
+               learning: set[str] | None = None) -> dict[str, float]:
         self.replays = []
         adv = self.advantages(batch, seed)
         stats: dict[str, float] = rollout_cost("counterfactual", self.replays)
         oracle = (oracle_episodes(self.team, self.policies, self.cfg.demo_episodes, seed)
                   if self.cfg.demo_episodes and self.sft_coef > 0 else None)
         stats.update(rollout_cost("demo", oracle.rows if oracle is not None else []))
-        for j, t in enumerate(self.trainables):
-            s = samples_for(t, self.team, batch, adv, self.sft_coef > 0, oracle,
-                            support=support_kind(self.cfg))
-            order = derive_seed(seed, seeds.SHUFFLE, j)
-            for k, v in update(t, s, self.cfg, self.sft_coef, order).items():
-                stats[k] = stats.get(k, 0.0) + v / len(self.trainables)
+        stats.update(policy_updates(self.trainables, self.team, batch, adv, self.cfg,
+                                    self.sft_coef, oracle, seed, learning))
         stats["sft_coef"] = self.sft_coef
         self.sft_coef *= self.cfg.sft_decay
         return stats

@@ -50,16 +50,14 @@ import torch
 from torch import nn
 
 from marl import seeds
-from marl.algorithms.alphabets import support_kind
 from marl.algorithms.common import (
     Trainable,
     adam,
     optimizer_step,
     oracle_episodes,
+    policy_updates,
     rollout_cost,
-    samples_for,
     trainables,
-    update,
 )
 from marl.algorithms.config import TrainConfig
 from marl.errors import MarlError
@@ -257,7 +255,8 @@ class PPO:
         return optimizer_step(c.optimizer, list(c.net.parameters()), loss,
                               self.cfg.max_grad_norm)
 
-    def update(self, batch: EpisodeBatch, seed: int) -> dict[str, float]:
+    def update(self, batch: EpisodeBatch, seed: int,
+               learning: set[str] | None = None) -> dict[str, float]:
         """One PPO update. ``loss`` is the policies' loss plus the value loss; ``skipped``
         counts skipped policy and critic steps (each averaged over policies / critics)."""
         inputs = [self.inputs(c, batch) for c in self.critics]
@@ -266,12 +265,8 @@ class PPO:
         oracle = (oracle_episodes(self.team, self.policies, self.cfg.demo_episodes, seed)
                   if self.cfg.demo_episodes and self.sft_coef > 0 else None)
         stats.update(rollout_cost("demo", oracle.rows if oracle is not None else []))
-        for j, t in enumerate(self.trainables):
-            s = samples_for(t, self.team, batch, adv, self.sft_coef > 0, oracle,
-                            support=support_kind(self.cfg))
-            order = derive_seed(seed, seeds.SHUFFLE, j)
-            for k, v in update(t, s, self.cfg, self.sft_coef, order).items():
-                stats[k] = stats.get(k, 0.0) + v / len(self.trainables)
+        stats.update(policy_updates(self.trainables, self.team, batch, adv, self.cfg,
+                                    self.sft_coef, oracle, seed, learning))
         for i, (c, x, ret) in enumerate(zip(self.critics, inputs, returns, strict=True)):
             if not x.rows:
                 continue

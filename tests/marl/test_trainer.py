@@ -789,3 +789,63 @@ def test_signal_entropy_is_logged_and_moves_the_policy(tmp_path):
     assert 0 < row["signal_entropy"] <= np.log(26) + 1e-6
     after = trainer.learner.trainables[0].policy.parameters()
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_policies_learn_in_turns_and_resume_inside_a_turn(tmp_path):
+    cfg = small(iterations=4, episodes_per_iter=2, group_size=2, eval_every=1, turns=2,
+                checkpoint_every=1)
+    trainer = Trainer(relay_team(), cfg, tmp_path / "run")
+    names = [t.name for t in trainer.learner.trainables]
+    moved, before = [], {t.name: [p.detach().clone() for p in t.policy.parameters()]
+                         for t in trainer.learner.trainables}
+
+    def watch(row):
+        now = {t.name: [p.detach().clone() for p in t.policy.parameters()]
+               for t in trainer.learner.trainables}
+        moved.append(sorted(n for n in names if any(
+            not torch.equal(a, b) for a, b in zip(before[n], now[n], strict=True))))
+        before.update(now)
+
+    trainer.train(progress=watch)
+    # the scenario's policies from last to first, two iterations each; only that one moves
+    assert [r["learning"] for r in trainer.rows] == [["a4"], ["a4"], ["a3"], ["a3"]]
+    assert moved == [["a4"], ["a4"], ["a3"], ["a3"]]
+    full, again = kill_and_resume(relay_team(), cfg, tmp_path, kill_at=3, resume_from=3)
+    assert again == full
+
+
+@pytest.mark.parametrize(("settings", "scenario", "message"), [
+    ({"turns": 5, "turn_order": ["a0", "a1"]}, "relay_chain.yaml",
+     r"turn_order \['a0', 'a1'\] must name every trainable policy once; this team's are "
+     "a0, a1, a2, a3, a4"),
+    ({"turns": 5}, "relay_ring.yaml", "this team trains one policy"),
+])
+def test_turns_that_do_not_fit_the_team_are_refused_before_anything_is_written(
+        settings, scenario, message, tmp_path):
+    with pytest.raises(MarlError, match=message):
+        Trainer(load_team(ROOT / "scenarios" / scenario), small(**settings), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_turn_order_without_turns_is_a_config_error():
+    with pytest.raises(ConfigError, match="set turns"):
+        load_config(None, ["turn_order=[a0, a1]"])
+
+
+def test_the_evaluation_that_promotes_into_the_last_stage_does_not_meet_the_target(tmp_path):
+    curriculum = [{"name": "short", "task": {"fact_length": 1}, "after": 1},
+                  {"name": "longer", "task": {"fact_length": 2}}]
+    cfg = small(iterations=5, episodes_per_iter=2, group_size=2, eval_every=1,
+                curriculum=curriculum, target_success=0.0)
+    trainer = Trainer(relay_team(), cfg, tmp_path / "run")
+    trainer.train()
+    # iteration 1 is evaluated (short facts) and promotes; iteration 2's evaluation, on the
+    # longer facts, is the first that meets the target
+    assert [r["stage"] for r in trainer.rows] == ["short", "longer"]
+
+
+def test_the_relay_config_fits_relay_chain(tmp_path):
+    cfg = load_config(ROOT / "configs" / "relay.yaml")
+    trainer = Trainer(relay_team(), cfg, tmp_path / "run")  # stages and turns checked here
+    assert cfg.turns and not cfg.uses_oracle
+    assert [t.task.params.fact_length for t in trainer.teams] == [1, 4]

@@ -318,6 +318,40 @@ def test_promotion_warmup_trains_on_the_code_the_passed_stage_shows():
     out = promotion_warmup(ts, short, longer, shown, cfg, stage=1)
     assert out["code_symbols"] > 4 * 20  # each agent's code over most letters
     assert out["steps"] == 15 and out["sft_loss_last"] < out["sft_loss_first"]
+    assert out["settled"] == 0 and all(out[f"steps_{t.name}"] == 15 for t in ts)
+
+
+def test_promotion_warmup_stops_each_policy_once_it_follows_its_code(monkeypatch):
+    import yaml
+
+    from marl.algorithms import warmup
+    from marl.algorithms.warmup import HabitPolicy, Habits, promotion_warmup
+
+    data = yaml.safe_load((ROOT / "scenarios" / "relay_chain.yaml").read_text())
+    data["task"]["params"]["fact_length"] = 1
+    short = load_team(data)
+    data["task"]["params"]["fact_length"] = 2
+    longer = load_team(data)
+    cfg = TrainConfig(warmup_prior="ciphers", warmup_episodes=4, habit_strength=1.0,
+                      curriculum=[{"after": 1}, {}], promotion_warmup=40)
+    ts = trainables(longer, build_policies(longer), cfg)
+    shown = dict.fromkeys(short.ids, HabitPolicy(short, Habits(seed=9, ciphers=True), 1.0))
+    # a0's loss is reported as 0 (carried): a0 stops after SETTLED_STEPS, the others go on
+    real, calls = warmup.sft_steps, []
+
+    def a0_carried(active, team, batch, cfg):
+        calls.append([t.name for t in active])
+        return {n: (0.0 if n == "a0" else loss, out)
+                for n, (loss, out) in real(active, team, batch, cfg).items()}
+
+    monkeypatch.setattr(warmup, "sft_steps", a0_carried)
+    out = promotion_warmup(ts, short, longer, shown, cfg, stage=1)
+    settled = warmup.SETTLED_STEPS
+    assert out["steps"] == 40 and out["settled"] == 1
+    assert out["steps_a0"] == settled and all(out[f"steps_a{i}"] == 40 for i in range(1, 5))
+    assert all("a0" in c for c in calls[:settled]) and not any("a0" in c for c in calls[settled:])
+    assert f"a0 {settled}, a1 40" in warmup.carried_text(out)
+    assert "(1 of 5 followed it)" in warmup.carried_text(out)
 
 
 def test_cipher_habits_need_a_task_that_lines_messages_up(tmp_path):
