@@ -51,9 +51,16 @@ def load_settings(model: type[Model], what: str, path: str | Path | None = None,
     data.update(overrides)
     for key in overrides:  # a value from --set has no line in the file
         lines.pop((key,), None)
+    return validated(model, data, what, source, lines)
+
+
+def validated(model: type[Model], data: dict[str, Any], what: str, source: str,
+              lines: dict | None = None) -> Model:
+    """``model`` from ``data``, or a :class:`ConfigError` that names each problem's key (and
+    line of ``source``, with ``lines``)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = problems_from(exc, model, lines=lines)
+        problems = problems_from(exc, model, lines=lines or {})
         raise ConfigError(f"invalid {what}:\n" + "\n".join(
             "  " + p.render(source) for p in problems)) from None

@@ -32,7 +32,6 @@ derives from (seed, step), so on CPU the resumed metrics equal an uninterrupted 
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import sys
 import time
@@ -42,15 +41,14 @@ from typing import Any
 
 import torch
 import yaml
-from pydantic import ValidationError
 
 from marl import seeds
 from marl.algorithms import learner_class, warmup
 from marl.algorithms.alphabets import check_alphabets
-from marl.algorithms.common import begin_rl, learning_now, reference_weights, turn_order
+from marl.algorithms.common import begin_rl, reference_weights, turn_order
 from marl.algorithms.config import TrainConfig
 from marl.curriculum import promoted, stage_name, stage_teams, variant
-from marl.errors import ConfigError, MarlError
+from marl.errors import MarlError
 from marl.io import (
     append_jsonl,
     atomic_dir,
@@ -59,12 +57,13 @@ from marl.io import (
     atomic_write_text,
     read_jsonl,
 )
+from marl.overrides import validated
 from marl.policies.api_settings import refuse_training
 from marl.rollout import EpisodeBatch, collect
 from marl.runner import build_policies
-from marl.scenario import problems_from
 from marl.team import Team
 from marl.train_rows import evaluation, iteration_figures
+from marl.wandb_run import wandb_run
 
 #: Settings that may change between steps (:meth:`Trainer.set`), as populations mutate them.
 MUTABLE = ("lr", "entropy_coef", "clip_low", "clip_high", "temperature", "penalty_per_1k",
@@ -96,8 +95,8 @@ class Trainer:
             raise MarlError(f"{team.name} has no trainable policy: give at least one policy "
                             "a model backend (tiny or hf) in the scenario.")
         check_alphabets(self.learner.trainables, self.teams, cfg, self.log)
-        if cfg.turns:  # refused here, before anything is written
-            turn_order(self.learner.trainables, cfg)
+        # the policies in the order they learn, with turns (refused here, before any write)
+        self.turns = turn_order(self.learner.trainables, cfg) if cfg.turns else []
         if all(t.policy.model.device.type == "cpu" for t in self.learner.trainables):
             # Same seed and thread count, same run: with torch's default kernels two runs on
             # two threads drifted apart (1e-7 in the warm-up's 9th loss; signal seed 2 then
@@ -204,7 +203,8 @@ class Trainer:
         # Everything is checked before anything changes.
         trained = {k: settings[k] for k in ("lr", "entropy_coef", "clip_low", "clip_high")
                    if k in settings}
-        cfg = _revalidated(self.cfg, trained) if trained else self.cfg
+        cfg = (validated(TrainConfig, {**self.cfg.model_dump(), **trained}, "setting",
+                         "set()") if trained else self.cfg)
         temperature = settings.get("temperature")
         if temperature is not None and not (isinstance(temperature, int | float)
                                             and temperature > 0):
@@ -372,16 +372,17 @@ class Trainer:
         seed = seeds.derive_seed(cfg.seed, seeds.TRAIN, self.iteration)
         batch = collect(self.team, self.policies, cfg.episodes_per_iter, cfg.group_size,
                         seed=seed)
-        learning = learning_now(self.learner.trainables, cfg, self.iteration)
-        if learning is not None and self.iteration % cfg.turns == 0:
-            self.log(f"turn: {', '.join(sorted(learning))} learns in iterations "
-                     f"{self.iteration + 1}-{self.iteration + cfg.turns}, the others play "
-                     "unchanged")
-        stats = self.learner.update(batch, seed, learning)
+        learning = None
+        if self.turns:  # the one policy whose turn it is
+            learning = self.turns[self.iteration // cfg.turns % len(self.turns)]
+            if self.iteration % cfg.turns == 0:
+                self.log(f"turn: {learning} learns in iterations {self.iteration + 1}-"
+                         f"{self.iteration + cfg.turns}, the others play unchanged")
+        stats = self.learner.update(batch, seed, learning and {learning})
         self.iteration += 1
         row = self._row(batch, stats, time.perf_counter() - start)
         if learning is not None:
-            row["learning"] = sorted(learning)
+            row["learning"] = [learning]
         self._guard(stats)
         last_stage = self.stage == len(self.teams) - 1
         if self.iteration % cfg.eval_every == 0 or self.iteration == cfg.iterations:
@@ -464,7 +465,7 @@ class Trainer:
             {"scenario": self.teams[0].source, **cfg.model_dump()}, sort_keys=False))
         atomic_write_text(self.out / "scenario.yaml", self.team.to_yaml())
         if cfg.wandb:
-            self._wandb = _wandb_run(cfg, self.out, self.teams[0])
+            self._wandb = wandb_run(cfg, self.out, self.teams[0])
         while self.iteration < cfg.iterations:
             row = self.step()
             if self._wandb is not None:
@@ -492,24 +493,3 @@ class Trainer:
         if self._wandb is not None:
             self._wandb.finish()
         return summary
-
-
-def _revalidated(cfg: TrainConfig, changes: dict[str, Any]) -> TrainConfig:
-    """``cfg`` with ``changes``, validated like a config file."""
-    try:
-        return TrainConfig.model_validate({**cfg.model_dump(), **changes})
-    except ValidationError as exc:
-        problems = problems_from(exc, TrainConfig)
-        raise ConfigError("invalid setting:\n" + "\n".join(
-            "  " + p.render("set()") for p in problems)) from None
-
-
-def _wandb_run(cfg: TrainConfig, out: Path, team: Team):
-    try:
-        import wandb
-    except ImportError:
-        raise MarlError("--wandb needs the wandb package: pip install 'llm-marl[wandb]'.") from None
-    has_key = bool(os.environ.get("WANDB_API_KEY")) or (Path.home() / ".netrc").exists()
-    mode = os.environ.get("WANDB_MODE") or ("online" if has_key else "offline")
-    return wandb.init(project=cfg.wandb_project, dir=str(out), mode=mode,
-                      name=f"{team.name}-{cfg.algorithm}-s{cfg.seed}", config=cfg.model_dump())

@@ -380,11 +380,9 @@ def policy_updates(trainables: list[Trainable], team: Team, batch: EpisodeBatch,
                    learning: set[str] | None = None) -> dict[str, float]:
     """:func:`update` of every policy named in ``learning`` (None: all) on its agents'
     calls of ``batch``; the stats averaged over those policies."""
-    turn = [t for t in trainables if learning is None or t.name in learning]
+    turn = [(j, t) for j, t in enumerate(trainables) if learning is None or t.name in learning]
     stats: dict[str, float] = {}
-    for j, t in enumerate(trainables):
-        if learning is not None and t.name not in learning:
-            continue
+    for j, t in turn:
         s = samples_for(t, team, batch, adv, sft_coef > 0, oracle, support=support_kind(cfg))
         for k, v in update(t, s, cfg, sft_coef, derive_seed(seed, seeds.SHUFFLE, j)).items():
             stats[k] = stats.get(k, 0.0) + v / len(turn)
@@ -405,16 +403,6 @@ def turn_order(trainables: list[Trainable], cfg: TrainConfig) -> list[str]:
         raise MarlError(f"turn_order {order} must name every trainable policy once; this "
                         f"team's are {', '.join(names)}.")
     return order
-
-
-def learning_now(trainables: list[Trainable], cfg: TrainConfig,
-                 iteration: int) -> set[str] | None:
-    """Names of the policies that learn at RL iteration ``iteration``: with ``cfg.turns``
-    the one whose turn it is, else None (all of them)."""
-    if not cfg.turns:
-        return None
-    order = turn_order(trainables, cfg)
-    return {order[iteration // cfg.turns % len(order)]}
 
 
 def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
