@@ -41,9 +41,9 @@ from gymnasium.spaces import Text
 from pettingzoo import ParallelEnv
 
 from marl import prompts
-from marl.costing import predict_team
+from marl.cost.ledger import LedgerRow, Usage, make_row, token_penalty
+from marl.cost.predict import predict_team
 from marl.errors import MarlError
-from marl.ledger import LedgerRow, Usage, make_row, token_penalty
 from marl.scenario import Scenario
 from marl.team import Team, load_team
 from marl.tokenizer import CHARSET, CharTokenizer, Tokenizer, common_prefix

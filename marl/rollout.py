@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from marl import seeds
+from marl.cost.ledger import Ledger, LedgerRow, Usage
 from marl.env import TeamEnv
 from marl.errors import MarlError
-from marl.ledger import Ledger, LedgerRow, Usage
 from marl.policies import Completion, Policy, Request
 from marl.seeds import derive_seed, instance_seed
 from marl.team import Team

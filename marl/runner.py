@@ -9,9 +9,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from marl.costing import predict_team, prediction_json
+from marl.cost.ledger import Ledger
+from marl.cost.predict import predict_team, prediction_json
 from marl.errors import MarlError
-from marl.ledger import Ledger
 from marl.policies import API_BACKENDS, BACKENDS, Policy, build_policy
 from marl.rollout import collect
 from marl.team import Team

@@ -14,11 +14,11 @@ from typing import Any
 import networkx as nx
 from pydantic import ValidationError
 
+from marl.cost.prices import price_table, token_price
 from marl.errors import MarlError, Problem, ScenarioError
 from marl.policies import API_BACKENDS, BACKENDS
 from marl.policies.api_settings import check_api_fields
 from marl.policies.tiny_config import TinyConfig
-from marl.prices import price_table, token_price
 from marl.scenario import (
     MAX_AGENTS,
     PolicySpec,

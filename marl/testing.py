@@ -13,7 +13,7 @@ from typing import Any
 
 from pettingzoo.test import parallel_api_test
 
-from marl.costing import predict_team
+from marl.cost.predict import predict_team
 from marl.env import TeamEnv, make_env
 from marl.runner import run
 from marl.team import Team, load_team

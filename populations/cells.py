@@ -8,8 +8,8 @@ from typing import Any
 
 import ray
 
-from marl.sweep import Job, run_cell
-from populations.session import ray_session
+from marl.cluster import ray_session
+from marl.sweep.run import Job, run_cell
 
 
 def _run(job: Job) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from marl.algorithms.config import TrainConfig
 from marl.overrides import load_settings
 from marl.scenario import problems_from
-from marl.trainer import MUTABLE
+from marl.training.trainer import MUTABLE
 
 
 def _check_train(train: dict[str, Any], set_where: str) -> None:

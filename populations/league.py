@@ -45,16 +45,16 @@ import ray
 from marl import seeds
 from marl.algorithms import learner_class
 from marl.algorithms.common import begin_rl
+from marl.cluster import ray_session
 from marl.errors import MarlError
 from marl.io import append_jsonl, atomic_dir, atomic_write_json
 from marl.rollout import collect
 from marl.runner import build_policies
 from marl.seeds import derive_seed
 from marl.team import Team, load_team
-from marl.trainer import Trainer
+from marl.training.trainer import Trainer
 from populations.config import LeagueConfig
 from populations.ratings import Ratings, pfsp_weights
-from populations.session import ray_session
 
 
 def games(team: Team, first: dict, second: dict, episodes: int, seed: int) -> list[float]:

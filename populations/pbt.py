@@ -1,6 +1,6 @@
 """Population-based training of a scenario's team on Ray Tune (Jaderberg et al. 2017).
 
-Each member is a Tune trial running :class:`marl.trainer.Trainer` with its own seed. Every
+Each member is a Tune trial running :class:`marl.training.trainer.Trainer` with its own seed. Every
 ``perturbation_interval`` trainer steps it evaluates, reports its objective with a
 checkpoint, and Tune's ``PopulationBasedTraining`` may replace it by a clone of a better
 member (exploit) with perturbed settings (explore); the clone restores the donor's
@@ -42,13 +42,13 @@ from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
-from marl.curriculum import variant
+from marl.cluster import ray_session
 from marl.errors import MarlError
 from marl.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from marl.team import Team, load_team
-from marl.trainer import Trainer
+from marl.training.curriculum import variant
+from marl.training.trainer import Trainer
 from populations.config import PBTConfig, Range, objective
-from populations.session import ray_session
 
 #: Reported with every result: what a member is and did (besides its settings).
 REPORTED = ("step", "objective", "eval_success_rate", "eval_reward_mean", "success_rate",

@@ -44,8 +44,8 @@ from marl.algorithms.alphabets import (
     support_kind,
 )
 from marl.algorithms.config import TrainConfig
+from marl.cost.ledger import Ledger, LedgerRow
 from marl.errors import MarlError
-from marl.ledger import Ledger, LedgerRow
 from marl.policies.lm import LMPolicy
 from marl.policies.scripted import ScriptedPolicy
 from marl.rollout import EpisodeBatch, collect

@@ -25,10 +25,10 @@ from marl.algorithms.common import (
     trainables,
 )
 from marl.algorithms.config import TrainConfig
-from marl.credit import agent_credit
+from marl.algorithms.credit import agent_credit
+from marl.cost.ledger import LedgerRow
 from marl.errors import MarlError
 from marl.kernels import anchor_advantages, group_advantages, group_key
-from marl.ledger import LedgerRow
 from marl.rollout import EpisodeBatch
 from marl.team import Team
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from marl.analysis import emergence
-from marl.analysis.cost import cumulative, pareto_front, token_breakdown
 from marl.analysis.runs import Run, discover, read_jsonl
+from marl.analysis.spend import cumulative, pareto_front, token_breakdown
 
 
 def learning_curve(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from marl import seeds
+from marl.algorithms.credit import Muted
 from marl.analysis.emergence import causal_influence, counterfactual_importance
-from marl.credit import Muted
-from marl.ledger import LedgerRow
+from marl.cost.ledger import LedgerRow
 from marl.policies import Completion, Policy, Request
 from marl.rollout import collect
 from marl.runner import build_policies

@@ -7,8 +7,8 @@ prices per *single* token in USD as in LiteLLM's table (``input_cost_per_token``
 This is the batched float form used inside training (float64 by default: exact to the cent for
 any realistic ledger, since token totals below 2^53 are exact and each product is rounded once).
 The exact ``Decimal`` ledger that bills a run lives at the environment boundary
-(:mod:`marl.ledger`), and so does the scalar twin of the reward,
-:func:`marl.ledger.token_penalty`; tests hold the two forms equal on played batches.
+(:mod:`marl.cost.ledger`), and so does the scalar twin of the reward,
+:func:`marl.cost.ledger.token_penalty`; tests hold the two forms equal on played batches.
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marl.cost.ledger import Usage
 from marl.errors import MarlError
-from marl.ledger import Usage
 from marl.policies.api_cache import ResponseCache, request_key
 from marl.policies.api_settings import api_key, check_api_fields
 from marl.policies.base import Completion, Policy, Request

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
-from marl.ledger import Usage
+from marl.cost.ledger import Usage
 from marl.tokenizer import CharTokenizer, Tokenizer
 
 

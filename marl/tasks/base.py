@@ -182,7 +182,7 @@ class Task(ABC):
         """The finite alphabet of every position of ``agent``'s messages (or, when
         ``final``, answers): one string of symbols per character, so that a message is a
         choice of one symbol per position (what classic MARL baselines act with, see
-        :mod:`marl.symbolic`). ``None``: this task's messages are not drawn from a finite
+        :mod:`marl.baseline.symbols`). ``None``: this task's messages are not drawn from a finite
         alphabet of fixed length."""
         return None
 

@@ -18,7 +18,7 @@ def kill_and_resume(team, cfg, tmp_path: Path, kill_at: int, resume_from: int,
     iteration ``kill_at`` (or after step ``kill_step``, warm-up steps included), check it
     resumes at ``resume_from`` (its last checkpoint; ``resume_step`` in steps) and finish
     it. Returns both runs' metrics rows, without the timing fields."""
-    from marl.trainer import Trainer
+    from marl.training.trainer import Trainer
 
     Trainer(team, cfg, tmp_path / "full").train()
 

@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 
 from marl import make_env
+from marl.cost.ledger import Usage
 from marl.env import TeamEnv
-from marl.ledger import Usage
 from marl.team import load_team
 from marl.testing import check_api, check_determinism, check_garbage, trace
 from tests.marl.conftest import ROOT, SCENARIOS

@@ -17,7 +17,7 @@ from marl.policies.scripted import ScriptedPolicy
 from marl.rollout import collect
 from marl.runner import build_policies
 from marl.team import load_team
-from marl.trainer import Trainer
+from marl.training.trainer import Trainer
 from tests.marl.conftest import ROOT
 
 CIPHER = yaml.safe_load((ROOT / "scenarios" / "cipher.yaml").read_text())

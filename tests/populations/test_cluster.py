@@ -17,7 +17,7 @@ import json, sys
 from ray.cluster_utils import Cluster
 from populations.config import PBTConfig
 from populations.pbt import run_pbt
-from populations.session import ray_session
+from marl.cluster import ray_session
 
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 1})
 cluster.add_node(num_cpus=1, num_gpus=1)
@@ -30,7 +30,7 @@ cluster.shutdown()
 
 
 def test_members_are_spread_over_nodes_with_their_gpus(tmp_path):
-    from populations.session import QUIET
+    from marl.cluster import QUIET
 
     cfg = {"members": 2, "budget_steps": 4, "perturbation_interval": 2,
            "quantile_fraction": 0.5, "resources": {"cpus": 1, "gpus": 1},
@@ -64,7 +64,7 @@ def test_an_interrupted_population_says_so_and_resumes(tmp_path):
 
     import yaml
 
-    from populations.session import QUIET
+    from marl.cluster import QUIET
 
     config = tmp_path / "pbt.yaml"
     config.write_text(yaml.safe_dump({

@@ -358,7 +358,7 @@ def test_cipher_habits_need_a_task_that_lines_messages_up(tmp_path):
     import pytest
 
     from marl.errors import MarlError
-    from marl.trainer import Trainer
+    from marl.training.trainer import Trainer
 
     cfg = TrainConfig(warmup_prior="ciphers", warmup_steps=1)
     with pytest.raises(MarlError, match="lewis_v0 does not line its messages up.*"

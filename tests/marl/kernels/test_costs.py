@@ -131,7 +131,7 @@ def test_the_kernel_and_the_environment_agree_on_penalties_and_bills() -> None:
     ledger's."""
     import yaml
 
-    from marl.ledger import Ledger
+    from marl.cost.ledger import Ledger
     from marl.rollout import collect
     from marl.runner import build_policies
     from marl.team import load_team

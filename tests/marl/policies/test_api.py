@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from marl.cost.ledger import Usage
 from marl.errors import MarlError, ScenarioError
-from marl.ledger import Usage
 from marl.policies import Request
 from marl.policies.api import APIPolicy, build_openai
 from marl.policies.api_cache import ResponseCache

@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from marl.cli import app
-from marl.costing import predict_team
+from marl.cost.predict import predict_team
 from marl.team import load_team
 from tests.marl.conftest import ROOT
 from tests.marl.policies.fake_openai import FakeOpenAI, Fault

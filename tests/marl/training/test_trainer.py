@@ -19,7 +19,7 @@ from marl.tasks import TASKS
 from marl.tasks.base import Instance, Task, TaskParams
 from marl.tasks.lewis import Lewis
 from marl.team import load_team
-from marl.trainer import Trainer
+from marl.training.trainer import Trainer
 from tests.marl.conftest import ROOT, kill_and_resume
 
 
@@ -608,8 +608,8 @@ def test_a_resolved_config_loads_again(tmp_path):
 def test_rollouts_made_inside_an_update_are_counted(tmp_path):
     from marl import seeds
     from marl.algorithms.common import oracle_episodes
-    from marl.credit import agent_credit
-    from marl.ledger import Ledger
+    from marl.algorithms.credit import agent_credit
+    from marl.cost.ledger import Ledger
 
     team = load_team(ROOT / "scenarios" / "signal.yaml")
     cfg = TrainConfig(warmup_steps=0, iterations=1, episodes_per_iter=2, group_size=2,

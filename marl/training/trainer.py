@@ -47,7 +47,6 @@ from marl.algorithms import learner_class, warmup
 from marl.algorithms.alphabets import check_alphabets
 from marl.algorithms.common import begin_rl, reference_weights, turn_order
 from marl.algorithms.config import TrainConfig
-from marl.curriculum import promoted, stage_name, stage_teams, variant
 from marl.errors import MarlError
 from marl.io import (
     append_jsonl,
@@ -62,8 +61,9 @@ from marl.policies.api_settings import refuse_training
 from marl.rollout import EpisodeBatch, collect
 from marl.runner import build_policies
 from marl.team import Team
-from marl.train_rows import evaluation, iteration_figures
-from marl.wandb_run import wandb_run
+from marl.training.curriculum import promoted, stage_name, stage_teams, variant
+from marl.training.rows import evaluation, iteration_figures
+from marl.training.wandb_run import wandb_run
 
 #: Settings that may change between steps (:meth:`Trainer.set`), as populations mutate them.
 MUTABLE = ("lr", "entropy_coef", "clip_low", "clip_high", "temperature", "penalty_per_1k",
@@ -300,7 +300,7 @@ class Trainer:
     # -- the loop ------------------------------------------------------------------------
     def evaluate(self, sampled: bool = False, habits: warmup.Habits | None = None
                  ) -> tuple[dict[str, Any], list[dict]]:
-        """:func:`marl.train_rows.evaluation` of the team as it is now."""
+        """:func:`marl.training.rows.evaluation` of the team as it is now."""
         return evaluation(self.team, self.policies, self.cfg, sampled, habits)
 
     def step(self) -> dict[str, Any]:

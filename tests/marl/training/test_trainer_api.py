@@ -7,7 +7,7 @@ import torch
 from marl.algorithms.config import TrainConfig
 from marl.errors import ConfigError, MarlError
 from marl.team import load_team
-from marl.trainer import MUTABLE, Trainer
+from marl.training.trainer import MUTABLE, Trainer
 from tests.marl.conftest import ROOT
 
 

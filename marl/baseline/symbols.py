@@ -40,9 +40,9 @@ import numpy as np
 from gymnasium.spaces import Box, MultiDiscrete
 from pettingzoo import ParallelEnv
 
+from marl.cost.ledger import LedgerRow, make_row, token_penalty
 from marl.env import TeamEnv
 from marl.errors import MarlError
-from marl.ledger import LedgerRow, make_row, token_penalty
 from marl.team import Team
 from marl.tokenizer import CHARSET
 

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from marl.costing import predict_team
-from marl.ledger import Ledger, make_row
-from marl.prices import price_table, token_price
+from marl.cost.ledger import Ledger, make_row
+from marl.cost.predict import predict_team
+from marl.cost.prices import price_table, token_price
 from marl.runner import run
 from marl.team import load_team
 from marl.testing import check_prediction
@@ -21,10 +21,10 @@ def test_measured_tokens_equal_prediction(path: Path, policy: str):
 
 def test_prediction_detects_a_wrong_cost_model(monkeypatch):
     team = load_team(ROOT / "scenarios" / "gather_chain.yaml")
-    import marl.costing
+    import marl.cost.predict
 
-    original = marl.costing.expected_completion
-    monkeypatch.setattr(marl.costing, "expected_completion",
+    original = marl.cost.predict.expected_completion
+    monkeypatch.setattr(marl.cost.predict, "expected_completion",
                         lambda team, a, r, b=None: original(team, a, r, b) + (a == "middle"))
     with pytest.raises(AssertionError):
         check_prediction(team, "scripted", episodes=1)

@@ -14,10 +14,10 @@ from typing import Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel
 
-from marl.curriculum import merge
 from marl.errors import ConfigError
 from marl.scenario import Scenario
-from marl.sweep_tables import show
+from marl.sweep.tables import show
+from marl.training.curriculum import merge
 from orchestration.hints import did_you_mean
 
 EXAMPLE = "--grid topology.kind=star,chain"

@@ -9,11 +9,11 @@ import torch
 from typer.testing import CliRunner
 
 from marl.analysis.runs import discover
+from marl.baseline.config import BaselineConfig, load_baseline_config
+from marl.baseline.rllib import TurnTakingEnv, algorithm_config, greedy_episodes
 from marl.cli import app
 from marl.io import read_jsonl
 from marl.team import load_team
-from populations.baseline import TurnTakingEnv, algorithm_config, greedy_episodes
-from populations.baseline_config import BaselineConfig, load_baseline_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGNAL = ROOT / "scenarios" / "signal.yaml"
@@ -153,7 +153,7 @@ def test_ppo_learns_the_lewis_game_from_reward(ray_local):
 
 
 def test_same_seed_same_rows(two_iterations, tmp_path):
-    from populations.baseline import run_baseline
+    from marl.baseline.rllib import run_baseline
 
     out, _ = two_iterations
     cfg = load_baseline_config(None, [*SMALL, "iterations=2"])
@@ -167,8 +167,8 @@ def test_same_seed_same_rows(two_iterations, tmp_path):
 
 
 def test_an_existing_run_is_not_overwritten(two_iterations):
+    from marl.baseline.rllib import run_baseline
     from marl.errors import MarlError
-    from populations.baseline import run_baseline
 
     out, _ = two_iterations
     before = (out / "metrics.jsonl").read_text()
@@ -178,7 +178,7 @@ def test_an_existing_run_is_not_overwritten(two_iterations):
 
 
 def test_sampling_in_a_remote_env_runner_reports_the_same_figures(ray_local, tmp_path):
-    from populations.baseline import run_baseline
+    from marl.baseline.rllib import run_baseline
 
     cfg = load_baseline_config(None, [*SMALL, "iterations=1", "env_runners=1"])
     run_baseline(SIGNAL, cfg, tmp_path / "remote", log=lambda msg: None)
@@ -201,7 +201,7 @@ def test_replay_says_a_baseline_has_no_language_models_to_replay(two_iterations,
 
 
 def test_a_diverging_run_stops_with_the_fix_and_keeps_its_rows(ray_local, tmp_path, monkeypatch):
-    import populations.baseline as baseline
+    import marl.baseline.rllib as baseline
     from marl.errors import MarlError
 
     real = baseline._learner_figures
@@ -223,7 +223,7 @@ def test_a_diverging_run_stops_with_the_fix_and_keeps_its_rows(ray_local, tmp_pa
 
 
 def test_an_interrupted_run_keeps_what_it_did(ray_local, tmp_path, monkeypatch):
-    import populations.baseline as baseline
+    import marl.baseline.rllib as baseline
 
     real = baseline.algorithm_config
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from marl.cli_shared import (
+from marl.cli.shared import (
     err,
     eval_text,
     guarded,
@@ -42,9 +42,9 @@ def baseline(
     if algo not in ALGORITHMS:
         raise MarlError(f"--algo {algo!r}: the baselines built are {', '.join(ALGORITHMS)}.")
     need_ray_extra("marl baseline", extra="rllib", modules=RLLIB_MODULES)
+    from marl.baseline.config import load_baseline_config
+    from marl.baseline.rllib import describe, run_baseline
     from marl.team import load_team
-    from populations.baseline import describe, run_baseline
-    from populations.baseline_config import load_baseline_config
 
     team = load_team(scenario)
     cfg = load_baseline_config(config, [*sets, f"algo={algo}",

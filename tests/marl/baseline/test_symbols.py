@@ -1,4 +1,4 @@
-"""The fixed-space team for classic MARL baselines (marl.symbolic)."""
+"""The fixed-space team for classic MARL baselines (marl.baseline.symbols)."""
 
 import warnings
 from decimal import Decimal
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from pettingzoo.test import parallel_api_test
 
+from marl.baseline.symbols import SymbolEnv, one_hot
 from marl.errors import MarlError
-from marl.symbolic import SymbolEnv, one_hot
 from marl.team import load_team
 from tests.marl.conftest import ROOT, SCENARIOS
 

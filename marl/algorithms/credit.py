@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import torch
 
+from marl.cost.ledger import LedgerRow
 from marl.errors import MarlError
 from marl.kernels import difference_rewards, shapley_exact
-from marl.ledger import LedgerRow
 from marl.policies import Completion, Policy, Request
 from marl.rollout import collect
 from marl.team import Team

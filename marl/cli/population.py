@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from marl.cli_shared import err, guarded, need_ray_extra, out
+from marl.cli.shared import err, guarded, need_ray_extra, out
 
 population_app = typer.Typer(no_args_is_help=True, help="Populations of teams on Ray.")
 

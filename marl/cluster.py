@@ -1,5 +1,6 @@
-"""Ray for populations: an embedded local Ray sized to the machine, or an existing cluster
-(``--address`` or ``RAY_ADDRESS``)."""
+"""A Ray session for whatever runs on Ray (populations, sweep cells, the RLlib baseline): an
+embedded local Ray sized to the machine, or an existing cluster (``--address`` or
+``RAY_ADDRESS``). Ray itself is imported only when a session opens."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import ray
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,6 +24,8 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
     when given, else to a local Ray with ``num_cpus`` (default: every core). A session
     that is already connected (a test fixture, a notebook) is used as it is and left
     running."""
+    import ray
+
     if ray.is_initialized():
         yield
         return

@@ -6,8 +6,8 @@ from typer.testing import CliRunner
 from marl.cli import app
 from marl.errors import ConfigError
 from marl.scenario import read_yaml
-from marl.sweep import train_settings
-from marl.sweep_grid import apply_cell, expand, parse_grids
+from marl.sweep.grid import apply_cell, expand, parse_grids
+from marl.sweep.run import train_settings
 from marl.team import load_team
 from tests.marl.conftest import ROOT
 

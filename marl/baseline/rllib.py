@@ -1,4 +1,5 @@
-"""Classic MARL baselines on a scenario: RLlib PPO (new API stack) over :mod:`marl.symbolic`.
+"""Classic MARL baselines on a scenario: RLlib PPO (new API stack) over the symbol game of
+:mod:`marl.baseline.symbols`.
 
 Small neural agents that exchange discrete symbols, trained on the same task, team and
 topology as an LLM team, so that ``marl analyze`` can put the two side by side. One RLlib
@@ -15,7 +16,7 @@ Run directory (the keys of ``marl train``'s, so analyses read both)::
     checkpoints/final/   RLlib's checkpoint of the algorithm (Algorithm.from_checkpoint)
     summary.json         the final row, best eval, wall time
 
-Where this departs from the LLM trainer: tokens are symbols (see :mod:`marl.symbolic`),
+Where this departs from the LLM trainer: tokens are symbols (see :mod:`marl.baseline.symbols`),
 there is no warm-up (a symbol agent cannot send an ill-formed message), and evaluation is
 greedy (the most likely symbol at every position), on the instances ``marl train``
 evaluates with the same seed.
@@ -42,6 +43,9 @@ from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from ray.tune.registry import register_env
 
 from marl import seeds
+from marl.baseline.config import BaselineConfig
+from marl.baseline.symbols import SymbolEnv
+from marl.cluster import ray_session
 from marl.errors import MarlError
 from marl.io import (
     append_jsonl,
@@ -50,10 +54,7 @@ from marl.io import (
     atomic_write_jsonl,
     atomic_write_text,
 )
-from marl.symbolic import SymbolEnv
 from marl.team import Team, load_team
-from populations.baseline_config import BaselineConfig
-from populations.session import ray_session
 
 ENV_NAME = "llm_marl_symbols"
 #: Figures each finished episode reports to RLlib's metrics (means over an iteration).

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from marl.analysis.cost import pareto_front
+from marl.analysis.spend import pareto_front
 from marl.io import atomic_write_bytes, atomic_write_text
 
 if TYPE_CHECKING:
-    from marl.sweep import Cell
+    from marl.sweep.grid import Cell
 
 #: Table columns after the swept values: (heading, cells.jsonl key, format).
 METRICS = (("success", "success_rate", "{:.3f}"), ("reward", "reward_mean", "{:.4f}"),

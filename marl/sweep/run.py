@@ -4,9 +4,11 @@ Each ``--grid key=v1,v2`` names a scenario field by its dotted path into the sce
 YAML mapping (``topology.kind``, ``costs.penalty_per_1k``; a number indexes a list, as in
 ``agents.1.count``) or, with ``--train``, a training setting (``train.lr``). The cells are
 the Cartesian product of the grids, the first grid varying slowest; they run in worker
-processes, or as Ray tasks (:mod:`populations.cells`). A cell is applied with
-:func:`marl.curriculum.merge` (so ``topology.kind=chain`` on a star drops the star's
-``hub``), validated, then evaluated like ``marl run`` or trained like ``marl train``.
+processes, or wherever an executor sends them (``marl sweep --ray`` passes
+:func:`populations.cells.execute_on_ray`: Ray lives in the layer above this one). A cell
+is applied with :func:`marl.training.curriculum.merge` (so ``topology.kind=chain`` on a
+star drops the star's ``hub``), validated, then evaluated like ``marl run`` or trained
+like ``marl train``.
 
 Sweep directory::
 
@@ -36,8 +38,8 @@ from pydantic import ValidationError
 from marl.errors import ConfigError, MarlError, ScenarioError
 from marl.io import append_jsonl, atomic_write_json, read_jsonl
 from marl.scenario import problems_from, read_yaml
-from marl.sweep_grid import Cell, apply_cell, expand, parse_grids
-from marl.sweep_tables import METRICS, figure, one_line, write_tables
+from marl.sweep.grid import Cell, apply_cell, expand, parse_grids
+from marl.sweep.tables import METRICS, figure, one_line, write_tables
 from marl.team import Team, load_team
 from orchestration.hints import did_you_mean, listing
 
@@ -56,6 +58,10 @@ class Job:
     episodes: int = 32
     seed: int | None = None
     cache: Path | None = None  # API policies' response cache (marl run --cache)
+
+
+#: Runs sweep jobs somewhere and yields their rows as they finish.
+Executor = Callable[[Sequence[Job]], Iterator[dict[str, Any]]]
 
 
 @dataclass
@@ -89,7 +95,7 @@ def train_settings(base: dict[str, Any], values: dict[str, Any]) -> dict[str, An
 def run_cell(job: Job) -> dict[str, Any]:
     """Evaluate or train one cell into ``job.out`` and return its ``cells.jsonl`` row; a
     :class:`MarlError` while running makes the row ``failed`` (a rerun retries it)."""
-    from marl.costing import predict_team, prediction_json
+    from marl.cost.predict import predict_team, prediction_json
 
     start = time.perf_counter()
     row: dict[str, Any] = {"id": job.id, "values": job.values}
@@ -130,8 +136,8 @@ def _train(job: Job, team: Team) -> dict[str, Any]:
     """Train the cell like ``marl train --out`` (continuing a run a killed sweep left);
     figures are the final evaluation's, tokens and cost from its episodes' ledgers."""
     from marl.algorithms.config import TrainConfig
-    from marl.analysis.cost import token_breakdown
-    from marl.trainer import Trainer
+    from marl.analysis.spend import token_breakdown
+    from marl.training.trainer import Trainer
 
     cfg = TrainConfig.model_validate(job.train)
     trainer = Trainer(team, cfg, job.out, resume=(job.out / "metrics.jsonl").exists(),
@@ -187,10 +193,12 @@ def run_sweep(scenario: Path, grid_flags: Sequence[str], *, policy: str | None =
               train: Path | None = None, sets: Sequence[str] = (),
               episodes: int | None = None, seed: int | None = None,
               workers: int | None = None, out: Path | None = None,
-              ray: bool = False, address: str | None = None, cache: Path | None = None,
-              log: Callable[[str], None] = print) -> SweepReport:
+              executor: Executor | None = None, where: str = "an executor",
+              cache: Path | None = None, log: Callable[[str], None] = print) -> SweepReport:
     """Run every cell not done yet, append its row to ``cells.jsonl``, and rewrite the
-    tables and the plot; every cell invalid is a :class:`MarlError` (after the tables)."""
+    tables and the plot; every cell invalid is a :class:`MarlError` (after the tables).
+    The cells run in ``workers`` processes, or through ``executor`` (described in the log
+    as ``where``)."""
     raw, base_train, settings = _inputs(scenario, policy, train, sets, episodes, seed)
     grids = parse_grids(grid_flags, raw, settings)
     cells = expand(grids)
@@ -217,11 +225,8 @@ def run_sweep(scenario: Path, grid_flags: Sequence[str], *, policy: str | None =
         latest[cell.id] = job
         log(f"{cell.id} {cell.label}: invalid: {one_line(job['error'])}")
     n = min(len(jobs), workers or os.cpu_count() or 1)
-    if ray or address:
-        from populations.cells import execute_on_ray  # needs the ray extra (checked by the CLI)
-
-        rows = execute_on_ray(jobs, address)
-        where = f"Ray ({address or 'RAY_ADDRESS or a local Ray'})"
+    if executor is not None:
+        rows = executor(jobs)
     else:
         rows = execute(jobs, n)
         where = f"{n} worker{'s' if n > 1 else ''}"

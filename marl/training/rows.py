@@ -8,7 +8,7 @@ from typing import Any
 from marl import seeds
 from marl.algorithms.config import TrainConfig
 from marl.algorithms.warmup import Habits, habit_agreement
-from marl.ledger import Ledger
+from marl.cost.ledger import Ledger
 from marl.rollout import EpisodeBatch, collect
 from marl.team import Team
 
