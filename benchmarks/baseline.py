@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
+from marl.baseline.config import BaselineConfig
+from marl.baseline.rllib import run_baseline
 from marl.io import read_jsonl
-from populations.baseline import run_baseline
-from populations.baseline_config import BaselineConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -52,7 +52,7 @@ from train import hf_team  # benchmarks/train.py, beside this script
 from marl.algorithms.config import TrainConfig
 from marl.policies.hf_local import build_tiny_hf
 from marl.rollout import collect
-from marl.trainer import Trainer
+from marl.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 SETUP = """the peer python {python} does not exist. Create the peer environment with:

@@ -31,11 +31,11 @@ from unittest import mock
 import torch
 
 import marl.policies.lm
-import marl.trainer
+import marl.training.trainer
 from marl.algorithms.config import TrainConfig
 from marl.policies.tiny import TinyCausalLM
 from marl.team import load_team
-from marl.trainer import Trainer
+from marl.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,8 +66,8 @@ def patches(timers: Timers, trainer: Trainer) -> list:
     """The wrappers: module-level functions where the trainer and policies look them up,
     and the methods of the model, tensor and optimizer classes."""
     learner = trainer.learner
-    found = [mock.patch.object(marl.trainer, "collect",
-                               timers.wrap("rollout", marl.trainer.collect)),
+    found = [mock.patch.object(marl.training.trainer, "collect",
+                               timers.wrap("rollout", marl.training.trainer.collect)),
              mock.patch.object(marl.policies.lm, "generate",
                                timers.wrap("sampling loop", marl.policies.lm.generate)),
              mock.patch.object(marl.policies.lm, "score",

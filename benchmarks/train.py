@@ -46,7 +46,6 @@ import yaml
 
 from marl.algorithms.common import samples_for
 from marl.algorithms.config import TrainConfig, load_config
-from marl.curriculum import stage_name
 from marl.errors import ConfigError
 from marl.policies import Completion, Policy
 from marl.policies.generation import completion_text
@@ -55,7 +54,8 @@ from marl.policies.lm import LMPolicy
 from marl.rollout import collect
 from marl.runner import build_policies
 from marl.team import Team, load_team
-from marl.trainer import Trainer
+from marl.training.curriculum import stage_name
+from marl.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 

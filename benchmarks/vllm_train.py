@@ -23,7 +23,7 @@ import yaml
 from marl.algorithms.config import TrainConfig
 from marl.policies.hf_local import build_tiny_hf
 from marl.team import load_team
-from marl.trainer import Trainer
+from marl.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
