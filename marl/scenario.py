@@ -66,7 +66,8 @@ class PolicySpec(StrictModel):
                                                          "target_modules}.")
     fast: bool = Field(True, description="hf: generate with the engine's own Llama "
                                          "implementation when the architecture allows.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Weights' dtype (tiny, hf, vllm).")
     device: str = Field("cpu", description="cpu, cuda, cuda:1, ...")
     engine: dict[str, Any] | None = Field(None, description="vllm: settings passed to "
                                           "vllm.LLM (max_model_len, kv_cache_memory_bytes, "
@@ -86,6 +87,8 @@ class PolicySpec(StrictModel):
 
 
 class TaskSpec(StrictModel):
+    """The task the team plays: a built-in id and its parameters."""
+
     name: str = Field(description="Task id, e.g. gather_v0.")
     params: dict[str, Any] = Field(default_factory=dict, description="The task's parameters.")
 
@@ -104,8 +107,10 @@ class TopologySpec(BaseModel):
 class AnswerSpec(StrictModel):
     """Who answers: one agent (``answer: lead``) or a majority vote (``{vote: [a, b]}``)."""
 
-    agent: str | None = None
-    vote: list[str] | None = Field(None, min_length=1)
+    agent: str | None = Field(None, description="The agent whose final message is the "
+                              "answer (written as a plain id: answer: lead).")
+    vote: list[str] | None = Field(None, min_length=1, description="Voters; the majority "
+                                   "answer wins, ties going to the earliest voter.")
 
     @model_validator(mode="before")
     @classmethod
@@ -130,6 +135,8 @@ class AnswerSpec(StrictModel):
 
 
 class ProtocolSpec(StrictModel):
+    """How long an episode lasts and who gives the team's answer."""
+
     rounds: int = Field(1, ge=1, le=1000, description="Rounds; every agent acts once a round.")
     answer: AnswerSpec | None = Field(None, description="Agent id or {vote: [ids]} giving the "
                                       "team answer (with teams: each team's own answer).")
@@ -155,9 +162,12 @@ class CostSpec(StrictModel):
     """Prices (LiteLLM field names, USD per token) and the reward's token penalty."""
 
     model: str = Field("local", description="Entry of the bundled price table.")
-    input_cost_per_token: Decimal | None = Field(None, ge=0)
-    output_cost_per_token: Decimal | None = Field(None, ge=0)
-    cache_read_input_token_cost: Decimal | None = Field(None, ge=0)
+    input_cost_per_token: Decimal | None = Field(None, ge=0, description="USD per uncached "
+                                                 "prompt token; default: the model's price.")
+    output_cost_per_token: Decimal | None = Field(None, ge=0, description="USD per completion "
+                                                  "token; default: the model's price.")
+    cache_read_input_token_cost: Decimal | None = Field(
+        None, ge=0, description="USD per cached prompt token; default: the model's price.")
     penalty_per_1k: Decimal = Field(Decimal(0), ge=0, description="Reward lost per 1k tokens.")
     budget_usd: Decimal | None = Field(None, gt=0, description="marl run stops before a batch "
                                        "whose worst-case cost would exceed it.")
@@ -170,14 +180,21 @@ class CostSpec(StrictModel):
 
 
 class Scenario(StrictModel):
-    name: str = Field(description="Scenario name.")
+    """A scenario file: the team, what it plays, who reads whom, and what tokens cost."""
+
+    name: str = Field(description="Scenario name (the default run directory is runs/NAME).")
     description: str = Field("", description="Free text.")
-    task: TaskSpec
-    agents: list[AgentEntry] = Field(description="Agents and agent templates.")
-    policies: dict[str, PolicySpec] = Field(default_factory=lambda: {"default": PolicySpec()})
-    topology: TopologySpec
-    protocol: ProtocolSpec
-    costs: CostSpec = Field(default_factory=CostSpec)
+    task: TaskSpec = Field(description="The task: {name, params}.")
+    agents: list[AgentEntry] = Field(description="Agents and agent templates (at most 256 "
+                                     "agents).")
+    policies: dict[str, PolicySpec] = Field(
+        default_factory=lambda: {"default": PolicySpec()},
+        description="Policies by name; agents naming the same policy share it.")
+    topology: TopologySpec = Field(description="Who reads whom: a generator kind and its "
+                                   "parameters, or kind: custom with edges.")
+    protocol: ProtocolSpec = Field(description="Rounds and the answer.")
+    costs: CostSpec = Field(default_factory=CostSpec, description="Prices and the token "
+                            "penalty.")
     teams: dict[str, TeamSpec] | None = Field(
         None, description="Competitive scenarios: two or more teams, each with its agents and "
         "answer; every agent is on exactly one team and gets its team's reward.")

@@ -112,7 +112,8 @@ class PBTConfig(BaseModel):
         (1.2, 0.8), description="Factors a continuous setting is multiplied by on explore.")
     seed: int = Field(0, ge=0, description="Member k trains with seed + k; the initial "
                       "settings are drawn with this seed too.")
-    resources: Resources = Field(default_factory=Resources)
+    resources: Resources = Field(default_factory=Resources, description="What each member "
+                                 "asks Ray for.")
     max_failures: int = Field(2, ge=0, description="Restarts of a member whose process "
                               "died, each from its last checkpoint.")
     train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig overrides "

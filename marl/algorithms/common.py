@@ -262,7 +262,9 @@ def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = F
 
 def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
              scored: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, dict]:
-    """The RL part of the loss for rows ``s`` (all with at least one generated token);
+    """The RL part of the loss for rows ``s`` (all with at least one generated token): the
+    clipped policy-gradient term (``pg_loss`` in the stats), the entropy bonus, the KL term
+    and the symbol, signalling and answer terms;
     ``scored``: their ``(logprobs, mask, entropy[, kl][, symbols])`` if already computed
     (``kl``: per token, to the reference, when the policy has one; ``symbols``: the
     log-prob ``(S, L, A)`` of each symbol of each token's alphabet, when ``s`` has a
@@ -278,7 +280,8 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
     clipped = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
     pg = -torch.minimum(ratio * adv, clipped * adv)
     loss = aggregate(pg, mask, cfg.aggregation)
-    stats = {"entropy": float(aggregate(ent.detach(), mask, "token"))}
+    stats = {"pg_loss": float(loss.detach()),  # the policy-gradient term alone
+             "entropy": float(aggregate(ent.detach(), mask, "token"))}
     reg = regularized(s, mask, cfg)
     if cfg.entropy_coef:
         # With a target, only tokens whose entropy is below it are pushed up (a floor).
@@ -307,7 +310,6 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
             gap, rare = answer_floor_gap(symbols, ids, answers, cfg.answer_floor)
             loss = loss - gap
             stats["rare_answers"] = rare
-    stats["pg_loss"] = float(loss.detach())
     stats["clip_frac"] = float(aggregate(((ratio - clipped).abs() > 0).float(), mask, "token"))
     return loss, stats
 

@@ -29,7 +29,8 @@ class Stage(BaseModel):
 
 
 class TrainConfig(BaseModel):
-    """Every training setting. Defaults train ``scenarios/signal.yaml`` to its target."""
+    """Every training setting of ``marl train``: the defaults are one recipe for any team.
+    Why each default is what it is, with the measurements: ``docs/learning.md``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -40,7 +41,8 @@ class TrainConfig(BaseModel):
     time_budget_s: float | None = Field(None, gt=0, description="Stop after this many "
                                                                   "seconds of training.")
     target_success: float | None = Field(
-        None, ge=0, le=1, description="Stop once the eval success rate reaches this.")
+        None, ge=0, le=1, description="Stop once the eval success rate (of the last curriculum "
+        "stage) reaches this.")
     seed: int = Field(0, ge=0, description="Seed of instances, sampling and initialisation.")
     episodes_per_iter: int = Field(16, ge=1, description="Task instances per iteration.")
     group_size: int = Field(8, ge=1, description="Joint rollouts of each instance (G).")
@@ -49,185 +51,91 @@ class TrainConfig(BaseModel):
                             "RLOO; max: ReMax).")
     credit: Literal["team", "difference", "shapley", "anchor"] = Field(
         "team", description="team: every agent gets the team advantage; difference / shapley: "
-        "per-agent credit from counterfactual replays with agents muted; anchor: per call, "
-        "the batch's mean return of the agent's calls with the same observation and message "
-        "minus that of its calls with the same observation (Q(o, m) − V(o), GiGPO's anchor "
-        "states; baseline mean_std divides by the observation's std of returns), so an "
-        "agent is credited for its own choice and a teammate's lucky choice moves it little.")
+        "per-agent credit from replays with agents muted; anchor: per call Q(o, m) - V(o) from "
+        "the batch's calls with the same observation (GiGPO's anchor states).")
     turns: int = Field(
-        0, ge=0, description="Policies learn in turns (block-coordinate ascent, iterated best "
-        "response): for this many RL iterations only one policy is updated while its "
-        "teammates play unchanged, then the next in turn_order, round and round. Learners "
-        "that all move at once can undo each other (on relay_chain two facts end up sharing "
-        "a letter at some hop, and neither can be told apart again); one learner against "
-        "fixed teammates meets a stationary problem. 0 (default): every policy learns every "
-        "iteration.")
+        0, ge=0, description="Policies learn in turns: for this many RL iterations one policy "
+        "is updated while the others play unchanged, then the next (iterated best response). "
+        "0: every policy learns every iteration.")
     turn_order: list[str] = Field(
-        default_factory=list, description="Policy names in the order they take turns (every "
-        "trainable policy once); empty: the scenario's policies from last to first (in a "
-        "chain, the answerer first).")
+        default_factory=list, description="turns: policy names in the order they take turns "
+        "(each trainable policy once); empty: the scenario's policies from last to first.")
     lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
-    adam_eps: float = Field(
-        1e-8, gt=0, description="Adam's epsilon while a team learns (added to the root of "
-        "its second-moment estimate). 1e-4 from the start held solved teams as well as "
-        "settle_at, but slowed learning where the gradients that matter are small: ref.yaml "
-        "reached 0.89 in 20 minutes instead of 1.0 after 371 s.")
-    adam_beta2: float = Field(
-        0.999, gt=0, lt=1, description="Adam's second-moment decay. 0.9999 (a second moment "
-        "that remembers the gradients of learning, so later small ones take small steps) "
-        "was measured on the main job, seeds 0, 1, 3: 1, 49 and 0 evaluations below 0.95 "
-        "after solving; settle_at did better.")
+    adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon while a team learns.")
+    adam_beta2: float = Field(0.999, gt=0, lt=1, description="Adam's second-moment decay.")
     settle_at: float | None = Field(
-        0.95, gt=0, le=1, description="A team that evaluates at this success rate or better "
-        "is settled: from then on (until the next curriculum stage) Adam's epsilon is "
-        "settled_eps. Nothing changes before, so learning is as fast as without it. None: "
-        "never. Why: once a team is solved most groups have no policy gradient and the "
-        "rest give small ones (norm 0.01-0.1, about 2e-5 per parameter on the tiny "
-        "preset); Adam scales each step by the root of its second moment, so with eps "
-        "1e-8 every parameter still moves by about lr per step whatever its gradient's "
-        "size, and solved teams drifted and fell. Measured on the main job over 1,200 "
-        "iterations, seeds 0-4 on one thread each (README, 'What the defaults learn "
-        "from'): no evaluation below 0.95 after solving (1, 2, 2, 0 and 0 with "
-        "settled_eps 1e-4), all ending at 1.0; without it 29, 9, 13, 33 and 15, two "
-        "ending near 0.5.")
+        0.95, gt=0, le=1, description="Once the team evaluates at this success rate, Adam's "
+        "epsilon becomes settled_eps until the next curriculum stage, so small gradients "
+        "barely move a solved team. None: never.")
     settled_eps: float = Field(
-        1e-3, gt=0, description="settle_at: Adam's epsilon once settled. Far above the "
-        "root of a solved team's second moment, it turns Adam into SGD with momentum at a "
-        "learning rate of lr / settled_eps (1 with the defaults): a gradient then moves "
-        "parameters in proportion to its size, so small ones barely move a solved team "
-        "while the larger ones of failures still correct it. With 1e-4 (learning rate 10) "
-        "a single update of gradient norm 0.28 started a fall on the main job (two "
-        "threads: 5 evaluations below 0.95, lowest 0.48); with 1e-3 no seed of 0-4 fell.")
+        1e-3, gt=0, description="settle_at: Adam's epsilon once settled (Adam then acts as SGD "
+        "with momentum at learning rate lr / settled_eps).")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    epochs: int = Field(1, ge=1, description="Passes over each batch (1: MAGRPO's on-policy "
-                        "step; more reuse each batch, clipped, and were seen to collapse a "
-                        "team learning from reward alone).")
+    epochs: int = Field(1, ge=1, description="Passes over each batch (1: an on-policy step; "
+                        "more reuse each batch, clipped).")
     minibatches: int = Field(1, ge=1, description="Minibatches per pass.")
     clip_low: float = Field(0.2, ge=0, description="Ratio clip below 1 (1 - clip_low).")
     clip_high: float = Field(0.28, ge=0, description="Ratio clip above 1 (clip-higher).")
-    kl_coef: float = Field(0.1, ge=0, description="Exact KL(π || π_ref) over the vocabulary at "
-                           "every generated token, to a reference: the policy RL started "
-                           "from (after the warm-up), or, with kl_reset_at, renewed when "
-                           "the team evaluates well. It keeps the format the warm-up taught "
-                           "and stops a policy from collapsing onto one message while it "
-                           "explores.")
+    kl_coef: float = Field(0.1, ge=0, description="Weight of the exact KL(π || π_ref) over the "
+                           "vocabulary at every generated token; the reference is the policy RL "
+                           "started from, renewed by kl_reset_at and on promotion.")
     kl_reset_at: float | None = Field(
-        None, gt=0, le=1, description="A team that evaluates at this success rate or better, "
-        "kl_reset_every iterations or more after the KL term's reference was last set, is "
-        "held where it is: the reference becomes the current policy (a reference reset, as "
-        "in ProRL, triggered by success). None (default): the reference stays the policy RL "
-        "started from, whose pull towards each agent's warm-up habits can flip a solved "
-        "team's answers back to them. Measured on the main job over 1,200 iterations with "
-        "0.95 and entropy_target 0.3 (README, 'What the defaults learn from'): seeds 0-4 on "
-        "one thread each dipped below 0.95 in 0, 4, 0, 0 and 0 evaluations after solving "
-        "(29, 9, 13, 33 and 15 without it); on two threads seed 0 in none (4 without it) and "
-        "seed 1 in 9, ending at 0.75 (none without it); on earlier code, with other "
-        "rounding, seed 0 on two threads fell at iteration 460 and ended at 0.52. Alone, "
-        "without entropy_target, each reset renews the reference where the entropy bonus "
-        "has pushed the policy: entropy rose to 1.9 nats and messages lengthened.")
+        None, gt=0, le=1, description="When the team evaluates at this success rate, "
+        "kl_reset_every iterations or more after the last reset, the KL reference becomes the "
+        "current policy (ProRL's reference reset). None: never.")
     kl_reset_every: int = Field(
         50, ge=1, description="kl_reset_at: fewest iterations between two reference resets "
-        "(and from the start of RL to the first). A reference only a few iterations old no "
-        "longer holds a team anywhere: resetting at every good evaluation let solved teams "
-        "drift (signal seed 0: 0.47-0.73 for the last 240 of 1,200 iterations).")
+        "(and from the start of RL to the first).")
     kl_reset_on_promotion: bool = Field(
-        True, description="curriculum: when the team is promoted to the next stage, the "
-        "KL term's reference becomes the promoted policy, so the term holds what the "
-        "earlier stages taught (false: the reference stays the policy RL started from, "
-        "which pulls every later stage back towards the warm-up's habits and undoes the "
-        "conventions the earlier stages found).")
+        True, description="curriculum: on promotion the KL reference becomes the promoted "
+        "policy, so later stages are held near what earlier ones learnt.")
     regularize_solved: bool = Field(
-        True, description="magrpo, grpo: apply the KL and entropy terms to samples whose "
-        "group succeeded in every rollout (no policy gradient left there). With false they "
-        "are skipped there; measured on signal seed 0 that kept a solved team from the "
-        "eval drops seen with true (1.0 to 0.0 for 20 iterations at 550, 0.48 at 900) "
-        "except for single evaluations at 0.73, but lewis with 8 objects was slower (0.86 "
-        "after 1,100 iterations instead of 1.0 after 610).")
-    entropy_coef: float = Field(0.05, ge=0, description="Entropy bonus (per token, full "
-                                "vocabulary). It keeps a policy exploring after it has "
-                                "settled: on lewis with 8 objects, without it the listener "
-                                "became certain of wrong answers (p = 1.0) and the team "
-                                "stayed at 0.73; with 0.05 it reached 1.0.")
+        True, description="magrpo, grpo: apply the KL and entropy terms to samples whose group "
+        "succeeded in every rollout (false: skip them there).")
+    entropy_coef: float = Field(0.05, ge=0, description="Weight of the entropy bonus (per "
+                                "token, nats, full vocabulary).")
     entropy_target: float | None = Field(
-        None, gt=0, description="The entropy bonus applies only to tokens whose entropy "
-        "(nats, full vocabulary) is below this: a floor that keeps an agent exploring "
-        "without pushing a settled one towards ill-formed messages. None (default): every "
-        "token. Measured with 0.3 on the main job over 1,200 iterations, seeds 0-2: 20 "
-        "evaluations below 0.95 after solving instead of 40 or more, lowest 0.67 instead "
-        "of 0.44, but seed 2 (never below 0.95 without it) dipped 6 times; lewis with 8 "
-        "objects reached 1.0 after 520 iterations.")
+        None, gt=0, description="The entropy bonus applies only to tokens whose entropy (nats) "
+        "is below this. None: to every token.")
     symbol_floor: float = Field(
-        0.0, ge=0, description="Weight of a term that raises the mean log-probability of "
-        "the task's alphabet at each generated symbol (Task.symbols; every symbol must be "
-        "one token): it keeps every well-formed choice alive. The entropy bonus and the "
-        "KL term cannot revive a choice a policy has all but dropped, since their gradient "
-        "on a token's logit vanishes with its probability; this one's is p - 1/|alphabet|. "
-        "On lewis with 8 objects, seed 0, whose listener without answer_floor answers 3 "
-        "to no letter (p < 0.0005) and stays at 0.89, 0.01 reached 1.0 after 420 "
-        "iterations; on signal and lewis seeds where the defaults succeed it was slower "
-        "(README, Status), as it also pulls a solved answer towards the others. 0 "
-        "(default): off.")
+        0.0, ge=0, description="Weight of a term raising the mean log-probability of the task's "
+        "alphabet at each generated symbol (Task.symbols, one token per symbol). 0: off.")
     answer_floor: float = Field(
-        0.1, ge=0, lt=1, description="Keeps every answer the team can give in use: a term "
-        "lifts each symbol of an answer's alphabet (Task.symbols; one token per symbol; "
-        "answers without one are skipped, as the trainer says at start) whose probability, "
-        "averaged over the batch's answers, is below answer_floor times its share "
-        "1/|alphabet|. It is 0, with no gradient, while every symbol is given at least that "
-        "often (as in a solved team whose targets are uniform), so unlike symbol_floor it "
-        "does not pull a solved answer towards the others (a symbol that is never right is "
-        "kept at the floor). On lewis with 8 objects, seed 0, "
-        "whose listener without it stops answering 3 and stays at 0.89, it first acted at "
-        "iteration 84 and the team reached 1.0 at 530 (README, Status). 0: off.")
+        0.1, ge=0, lt=1, description="Lifts any answer symbol given, averaged over the batch's "
+        "answers, less than this fraction of its share 1/|alphabet| (Task.symbols). 0: off.")
     signal_entropy: float = Field(
-        0.0, ge=0, description="Weight of a positive-signalling bonus (Eccles et al., 2019): "
-        "the entropy of each agent's symbols averaged over the batch's calls, per position "
-        "and alphabet (Task.symbols; one token per symbol), so an agent keeps saying different "
-        "things for different inputs: a relay that starts writing one letter for two facts "
-        "loses this entropy, and the term pushes the second back towards a letter no fact "
-        "uses. Unlike the entropy bonus it does not reward a call for being unsure. "
-        "0 (default): off.")
+        0.0, ge=0, description="Weight of a positive-signalling bonus: the entropy of each "
+        "agent's symbols over the batch's calls, per position (Eccles et al., 2019). 0: off.")
     aggregation: Literal["token", "sequence"] = Field(
         "token", description="token: mean over all tokens; sequence: mean of per-sequence means.")
     sft_coef: float = Field(0.0, ge=0, description="L = L_RL + sft_coef * L_SFT on the task "
-                            "oracle's demonstrations. 0 (default): pure RL; any other value "
-                            "imitates the oracle and labels the run uses_oracle.")
+                            "oracle's demonstrations. Any value but 0 imitates the oracle and "
+                            "labels the run uses_oracle.")
     sft_decay: float = Field(1.0, gt=0, le=1, description="sft_coef is multiplied by this "
                                                           "after each iteration.")
     warmup_source: Literal["random", "oracle", "none"] = Field(
-        "random", description="Format warm-up before RL: supervised steps on the messages of "
-        "the task's random policy (random: the form of every message and answer, nothing "
-        "about meaning), of its oracle (oracle: imitation, labels the run uses_oracle), or "
-        "none.")
+        "random", description="Format warm-up before RL, on the messages of the task's random "
+        "policy (form without meaning), of its oracle (imitation: labels the run "
+        "uses_oracle), or none.")
     warmup_prior: Literal["habits", "ciphers", "uniform"] = Field(
-        "habits", description="random warm-up: habits (each agent learns, for every "
-        "observation, one random message or answer of the task's format, drawn with a seed of "
-        "the run, the agent and the observation: arbitrary habits in how it talks and "
-        "answers, shared with no teammate), ciphers (a habit is what the agent read, symbol "
-        "by symbol, through a private random cipher of its own; for tasks that line their "
-        "messages up with what was read, e.g. relay_v0) or uniform (a fresh random message "
-        "every time: messages independent of what the agent read).")
+        "habits", description="random warm-up: habits (an arbitrary message per agent and "
+        "observation), ciphers (what the agent read through a private cipher; tasks with "
+        "Task.read_symbols) or uniform (a fresh random message every time).")
     habit_strength: float = Field(
-        0.75, gt=0, le=1, description="habits and ciphers: how often an agent says its habit in "
-        "the "
-        "warm-up's episodes (otherwise a fresh random message), so a habit is a strong "
-        "preference, not a certainty, and can still be unlearnt.")
+        0.75, gt=0, le=1, description="habits, ciphers: probability that an agent says its "
+        "habit in the warm-up's episodes (else a fresh random message).")
     warmup_steps: int = Field(200, ge=0, description="Optimizer steps of the warm-up.")
     promotion_warmup: int = Field(
-        0, ge=0, description="curriculum with warmup_prior: ciphers: on each promotion, up to "
-        "this many supervised steps per policy on the next stage whose targets are every "
-        "agent's own code on the stage passed (what it wrote for each symbol it read, learnt "
-        "from reward), applied symbol by symbol to the next stage's longer messages; a policy "
-        "stops once it follows its code (SFT loss below 0.01 nats a token for 10 steps in a "
-        "row). 0: none.")
+        0, ge=0, description="curriculum with ciphers: on promotion, at most this many "
+        "supervised steps per policy teaching each agent its own learnt code on the next "
+        "stage's messages; a policy stops once it follows it. 0: none.")
     warmup_episodes: int = Field(32, ge=1, description="Episodes the warm-up source plays "
                                  "per step (every call of a trainable agent is a target).")
     curriculum: list[Stage] = Field(
         default_factory=list, description="Stages of task / scenario overrides, each with a "
         "promotion rule; empty: the scenario as written.")
-    demo_episodes: int = Field(0, ge=0, description="Extra task instances per iteration "
-                               "played by the task oracle alone; every call in them is a "
-                               "demonstration for the SFT term (behaviour cloning on clean "
-                               "inputs). 0: demonstrations only on what the team itself saw.")
+    demo_episodes: int = Field(0, ge=0, description="Extra instances per iteration played by "
+                               "the task oracle alone, as demonstrations for the SFT term.")
     value_coef: float = Field(0.5, ge=0, description="ppo: value loss weight.")
     gamma: float = Field(1.0, ge=0, le=1, description="ppo: discount per token.")
     lam: float = Field(0.95, ge=0, le=1, description="ppo: GAE lambda.")

@@ -8,9 +8,11 @@ then updated on its own agents' generated tokens only. With ``credit: difference
 ``shapley`` the scores are split per agent by counterfactual replays before the baseline.
 
 Where this departs from the paper: one clipped-ratio loss serves all algorithms (with one
-epoch it is the paper's REINFORCE gradient), and the task oracle's messages can be mixed
-in as demonstrations (``sft_coef``), which a model trained from scratch needs to get any
-reward at all.
+epoch it is the paper's REINFORCE gradient), with a KL term to a reference, an entropy bonus
+and the answer floor (:func:`marl.algorithms.common.pg_terms`); a model trained from scratch
+first gets a format warm-up on the task's random messages (:mod:`marl.algorithms.warmup`),
+not the oracle's. The oracle's messages can still be mixed in as demonstrations
+(``sft_coef``), an opt-in that labels the run ``uses_oracle``.
 """
 
 from __future__ import annotations

@@ -1,90 +1,43 @@
 """Format warm-up: supervised steps that teach each trainable policy the *form* of its
 messages and answers before reinforcement learning starts.
 
-Real LLM agents arrive pre-trained: they know how to write a well-formed message, not the
-convention their team will settle on. A model trained from scratch knows neither, and
-almost never emits a well-formed answer, so reward never arrives. The warm-up gives it the
-same starting point as a pre-trained agent.
+Real LLM agents arrive pre-trained: they can write a well-formed message, not the
+convention their team will settle on. A model trained from scratch can do neither and
+almost never earns a reward; the warm-up gives it a pre-trained agent's starting point.
 
-Each step, a *source* plays ``warmup_episodes`` whole episodes for every agent, and every
-call of a trainable policy's agents becomes a target: a message for what the agent read,
-ended with the policy's stop string. Sources:
+Each step, a *source* plays ``warmup_episodes`` whole episodes, and every call of a
+trainable policy's agents becomes a target: a message for what the agent read, ended with
+the policy's stop string. Sources:
 
-- ``random`` (the default): the task's random policy (``Task.random_message``), so targets
-  have the task's format and carry no meaning; the warmed-up team is at chance. How the
-  random messages are drawn is ``warmup_prior``:
+- ``random`` (default): the task's random policy (``Task.random_message``): targets with
+  the task's format and no meaning, so the warmed-up team is at chance. ``warmup_prior``
+  says how the random messages are drawn:
 
-  - ``habits`` (default): the episodes are played by :class:`HabitPolicy`: with
-    probability ``habit_strength`` an agent says its *habit* for what it read
-    (:class:`Habits`: a random message or answer drawn with a generator seeded by the
-    run's seed, the agent and the observation, distinct from its habits for other
-    observations where the format leaves room), otherwise a fresh random one; the targets
-    are what was said. Each agent so learns a strong, arbitrary preference per
-    observation: habits in how it talks and answers, private to it (no teammate shares
-    them and none was chosen for the task, so the team's success stays at chance in
-    expectation over seeds). Pre-trained models arrive with such arbitrary,
-    input-dependent preferences; a team then has something to build a convention from,
-    and every agent's output already depends on what it read, so reward reaches each
-    agent through its input. Because teammates hear each other's habits, an agent forms
-    habits for the messages it will actually hear when RL starts.
+  - ``habits`` (default): :class:`HabitPolicy` plays the episodes: with probability
+    ``habit_strength`` an agent says its *habit* for what it read (:class:`Habits`: a
+    random message or answer seeded by the run, the agent and the observation, distinct
+    across observations where the format leaves room), else a fresh random one. Each agent
+    so learns arbitrary, input-dependent preferences of its own, as a pre-trained model
+    has, and teammates hear each other's habits: reward can then reach every agent through
+    its input.
+  - ``ciphers``: habits that generalise over observations. A habit is what the agent read
+    (:meth:`Task.read_symbols`) through a private random cipher of its own, symbol by
+    symbol (:meth:`Habits.enciphered`), one rule instead of one habit per observation;
+    where the task lines nothing up, a habit as under ``habits``.
+  - ``uniform``: a fresh random message every time: output independent of the input.
 
-    Measured on ``lewis`` with 8 objects (seed 0; eval success, chance 0.125): habits
-    for messages only, answers uniform, over the random policy's messages (60 steps):
-    at chance for 2,600 iterations. Habits for answers too: 0.42 within 200 iterations,
-    then stuck there (the listener's habits, formed over all 26 letters, were still
-    barely input-dependent after the warm-up: one greedy answer for most letters).
-    Habits played, so that the listener hears the speaker's habits, and 200 steps: 0.73
-    within 40 iterations. Habits that could coincide (two objects, one letter) trapped
-    ``signal`` teams in a pooling equilibrium (two objects sharing one message) that RL
-    did not leave in minutes, hence distinct habits.
-  - ``ciphers``: habits that generalise. An agent's habit is what it read
-    (:meth:`Task.read_symbols`: the fact a relay holds or heard) through a private random
-    cipher of its own, symbol by symbol (:meth:`Habits.enciphered`), so a model learns one
-    rule instead of one habit per observation. Where the task lines nothing up (a garbled
-    message heard), a habit for the whole observation as under ``habits``. Measured on
-    ``relay_chain`` with ``fact_length`` 1 → 2 → 4 (one thread, 600 steps, strength 1.0):
-    with every stage in turn from the first step, the SFT loss stayed at a uniform
-    letter's for all 600 steps and no agent followed its cipher (0.00-0.08 of its greedy
-    1-letter messages); with the stages joining
-    in turn (below), every agent followed it on 1-letter facts at step 400 (greedy), and
-    at the end, greedy, 0.14-0.70 of whole 2-letter messages and none of the 4-letter
-    ones agreed with it (the 4-letter stage's loss had fallen from 2.6 to 1.2-1.6 nats a
-    token: partly learnt).
-  - ``uniform``: a fresh random message every time, so the warmed-up agent writes the same
-    distribution whatever it read (its output moved by under 1e-3 between inputs).
-    Measured on ``signal``: RL from this start stayed at chance (best eval 0.27) for
-    1,145 iterations: an agent whose output ignores its input gives its partner no
-    gradient, and the partner gives none back (a saddle).
-
-- ``oracle``: the task oracle's demonstrations (where it would not only guess). This is
-  imitation: a run that uses it is labelled ``uses_oracle``.
+- ``oracle``: the task oracle's demonstrations. Imitation: the run is labelled
+  ``uses_oracle``.
 
 With a curriculum, stage ``k`` joins after ``k / stages`` of the warm-up and the stages
-joined so far take turns (:func:`warmup_stage`), so the form of every stage's messages is
-learnt before the first stage's RL, and the first stage's habits before longer ones
-crowd them out. Habits are learnt only where an agent meets few enough observations to
-memorise them; elsewhere they teach an output that ignores the input. Measured on
-``relay_chain`` with ``fact_length`` 1 → 2 → 4 (676 and 456,976 facts in the later
-stages) when every stage took turns from the first step: after 600 steps the greedy
-source wrote one letter whatever its 1-letter fact, while 200 steps on the first stage
-alone made its letter follow the fact.
-An agent that meets many observations needs more steps to learn its habits: on that
-first stage alone (26 facts), after 200 steps the source's greedy letters for 22 facts
-took 9-12 values, after 800 steps 22, and only then (with a weaker entropy bonus, 0.01)
-did three- and five-agent chains learn from reward (README, Status).
+joined so far take turns (:func:`warmup_stage`), so every stage's format is learnt and the
+first stage's habits before longer messages crowd them out. With ``ciphers``,
+:func:`promotion_warmup` carries each agent's *own* code, learnt from reward, to the next
+stage's longer messages on promotion. Each warm-up evaluation reports
+``habit_agreement`` (:func:`habit_agreement`): how far each agent has learnt its habits.
 
-With ``ciphers`` and a curriculum, :func:`promotion_warmup` trains, on each promotion,
-the next stage's longer messages on each agent's *own* code, read from its episodes
-(:func:`team_codes`), applied symbol by symbol: the code was learnt from reward, only its
-extension is given.
-
-Learning habits is a plateau, then a jump: the loss stays at that of a uniform letter
-until the model finds what to read, and only then does its output follow its input. Each
-warm-up evaluation's ``habit_agreement`` (:func:`habit_agreement`) says where an agent is.
-On the five-agent ``relay_chain`` with 1-letter facts, after the default 200 steps the
-agent furthest from its habits agreed with them on 0.31 of its greedy messages (0.00
-until step 100); with ``habit_strength: 1.0`` (targets without the random quarter) on
-0.91 after 200 steps and 1.0 after 250.
+Why these choices, with the measurements behind them: ``docs/learning.md`` ("The format
+warm-up").
 """
 
 from __future__ import annotations
@@ -360,14 +313,12 @@ def promotion_warmup(trainables: Sequence[Trainable], passed: Team, team: Team,
     warm-up cipher). The code was learnt from reward; these steps carry it to the longer
     messages of the next stage, which RL on the stage passed left untouched or garbled (a
     tiny model does not extend it by itself). A policy stops once it follows its code
-    (loss below :data:`CARRIED` for :data:`SETTLED_STEPS` steps): on ``relay_chain``'s
-    promotion to 2-letter facts the relays, whose codes were close to their warm-up
-    ciphers, took 34-55 steps and the answerer, whose map RL had rewritten, 1,011; the
-    steps the others no longer take made those cheap (README, "Relay, as far as
-    measured"). Returns the steps of the policy that took most, the first and last steps'
-    mean SFT loss (each policy's last step counted), how many policies settled and their
-    steps by name (``steps_<name>``), the symbols the codes cover and the guard's count of
-    skipped updates."""
+    (loss below :data:`CARRIED` for :data:`SETTLED_STEPS` steps): a policy that has learnt
+    little since the warm-up settles within tens of steps, one whose map RL rewrote may
+    take a thousand (``docs/learning.md``). Returns the steps of the policy that took most,
+    the first and last steps' mean SFT loss (each policy's last step counted), how many
+    policies settled and their steps by name (``steps_<name>``), the symbols the codes
+    cover and the guard's count of skipped updates."""
     seed = seeds.derive_seed(cfg.seed, seeds.PROMOTION, stage)
     shown = collect(passed, policies, CODE_EPISODES, 1, seed=seed, greedy=True)
     codes = team_codes(passed, shown)

@@ -1,5 +1,5 @@
-"""Settings of ``marl baseline`` (``configs/baseline/*.yaml``): one typed object, validated
-strictly like a training config."""
+"""Settings of ``marl baseline`` (``--config FILE`` of overrides, ``--set key=value``): one
+typed object, validated strictly like a training config."""
 
 from __future__ import annotations
 

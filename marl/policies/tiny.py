@@ -1,7 +1,8 @@
 """The built-in ``tiny`` backend: a small causal transformer over the character tokenizer.
 
-Pre-norm blocks (RMSNorm, multi-head attention with rotary position embeddings, GELU MLP),
-tied input/output embeddings, a static KV cache for generation. Positions come from the
+Pre-norm blocks (RMSNorm, multi-head attention with rotary position embeddings, a GELU or
+SwiGLU MLP), input and output embeddings untied unless ``tie_embeddings``, a static KV cache
+for generation. Positions come from the
 left-padded attention mask, so a padded prompt gives the same logits as an unpadded one.
 Presets live in ``configs/model/*.yaml`` as overrides of :class:`TinyConfig`'s defaults
 (the defaults are the ``tiny`` preset). Weights are saved as safetensors plus config.json.

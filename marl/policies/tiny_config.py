@@ -39,10 +39,7 @@ class TinyConfig:
     tie_embeddings: bool = False
     """Share the input embedding with the output projection."""
     embed_std: float = 0.02
-    """Standard deviation of the token embeddings at initialisation (GPT-2's 0.02). With
-    0.2, signal's seeds 0-2 dipped below 0.95 in 1 evaluation after solving over 1,200
-    iterations (0.02, same draw scaled: 10), but ref.yaml's team stalled at 0.28 for 570
-    iterations (the README's "What the defaults learn from")."""
+    """Standard deviation of the token embeddings at initialisation (GPT-2's 0.02)."""
 
     @property
     def hidden(self) -> int:

@@ -98,10 +98,8 @@ class Trainer:
         # the policies in the order they learn, with turns (refused here, before any write)
         self.turns = turn_order(self.learner.trainables, cfg) if cfg.turns else []
         if all(t.policy.model.device.type == "cpu" for t in self.learner.trainables):
-            # Same seed and thread count, same run: with torch's default kernels two runs on
-            # two threads drifted apart (1e-7 in the warm-up's 9th loss; signal seed 2 then
-            # solved at iteration 120 in one run, 180 in another). No cost in speed measured
-            # on the main job; one-thread runs are unchanged, bit for bit.
+            # Same seed and thread count, same run: torch's default kernels let two-thread
+            # runs drift apart in the last bits (docs/results.md, "Reproducibility").
             torch.use_deterministic_algorithms(True, warn_only=True)
         self.warmed = 0  # warm-up steps done
         self.habits = warmup.Habits(cfg.seed, ciphers=cfg.warmup_prior == "ciphers")

@@ -1,5 +1,6 @@
 """Training samples: demonstrations only where the oracle knows the answer."""
 
+import pytest
 import torch
 
 from marl.algorithms.common import oracle_episodes, samples_for, score_rows, trainables, update
@@ -188,6 +189,18 @@ def test_samples_carry_each_calls_alphabet_as_token_ids():
     assert torch.equal(answers["listener"].support, s["listener"].support)
     assert (answers["speaker"].support == -1).all()
     assert signal_samples(support=None)[1]["listener"].support is None
+
+
+def test_pg_loss_is_the_policy_gradient_term_and_loss_the_total():
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    policies = build_policies(team, seed=0)
+    batch = collect(team, policies, episodes=4, group_size=4, seed=0)
+    adv = torch.randn(len(batch.records), 2, generator=torch.Generator().manual_seed(0))
+    cfg = TrainConfig(kl_coef=0, entropy_coef=0.5, answer_floor=0)
+    t = trainables(team, policies, cfg)[1]
+    stats = update(t, samples_for(t, team, batch, adv, False), cfg, 0.0, 0)
+    assert abs(stats["pg_loss"]) > 1e-3  # random advantages: a gradient term of its own
+    assert stats["loss"] == pytest.approx(stats["pg_loss"] - 0.5 * stats["entropy"])
 
 
 def answer_probs(t, s) -> torch.Tensor:

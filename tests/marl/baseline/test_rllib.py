@@ -14,8 +14,8 @@ from marl.baseline.rllib import TurnTakingEnv, algorithm_config, greedy_episodes
 from marl.cli import app
 from marl.io import read_jsonl
 from marl.team import load_team
+from tests.marl.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SIGNAL = ROOT / "scenarios" / "signal.yaml"
 SMALL = ["batch_steps=64", "minibatch_size=32", "epochs=2", "eval_every=1",
          "eval_episodes=16", "hidden=[32]"]
