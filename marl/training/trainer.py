@@ -93,7 +93,7 @@ class Trainer:
         self.learner = learner_class(cfg.algorithm)(self.teams[0], self.policies, cfg)
         if not self.learner.trainables:
             raise MarlError(f"{team.name} has no trainable policy: give at least one policy "
-                            "a model backend (tiny or hf) in the scenario.")
+                            "a model backend (tiny, hf or vllm) in the scenario.")
         check_alphabets(self.learner.trainables, self.teams, cfg, self.log)
         # the policies in the order they learn, with turns (refused here, before any write)
         self.turns = turn_order(self.learner.trainables, cfg) if cfg.turns else []
