@@ -255,7 +255,8 @@ class TeamEnv(ParallelEnv):
         self.transcript.append({"round": self.round, "layer": self.layer, "agent": agent,
                                 "message": text, "flags": flags,
                                 "valid": task.valid_message(agent, text, final),
-                                "oracle_agrees": task.oracle(agent, prompt, final) == text})
+                                "oracle_agrees": task.provides("oracle")
+                                and task.oracle(agent, prompt, final) == text})
 
     def _void(self, agent: str, error: str | None) -> dict[str, Any]:
         """The turn of an agent whose call failed (``error``), or of any agent after that

@@ -34,6 +34,9 @@ class ScenarioError(MarlError):
         head += "s):" if len(problems) != 1 else "):"
         super().__init__("\n".join([head, *("  " + p.render(source) for p in problems)]))
 
+    def __reduce__(self):  # pickles across processes (sweep workers, Ray tasks)
+        return type(self), (self.source, self.problems)
+
 
 class ConfigError(MarlError):
     """A command-line option or configuration value is invalid."""

@@ -53,6 +53,7 @@ class EpisodeBatch:
     ledger: dict[str, torch.Tensor]  # prompt / cached / completion: (B, rounds, N)
     valid: torch.Tensor  # (B, K) the message has the task's format
     oracle_agrees: torch.Tensor  # (B, K) the message is what the task oracle would send
+    has_oracle: bool = True  # the task has a scripted oracle (else nothing agrees with it)
     records: list[dict[str, Any]] = field(default_factory=list)  # transcripts and results
     rows: list[LedgerRow] = field(default_factory=list)
     # Sides: the teams of a competitive scenario (one side, the whole team, otherwise).
@@ -62,6 +63,11 @@ class EpisodeBatch:
     # tokens. ``score`` and ``token_penalty`` above are then the first side's.
     side_score: torch.Tensor | None = None  # (B, S)
     side_penalty: torch.Tensor | None = None  # (B, S)
+
+    def oracle_figures(self, key: str) -> dict[str, Any]:
+        """``{key: each agent's share of messages equal to the oracle's}``, or nothing for a
+        task without a scripted oracle."""
+        return {key: self.per_agent_rate(self.oracle_agrees)} if self.has_oracle else {}
 
     @property
     def agent_score(self) -> torch.Tensor:
@@ -260,6 +266,7 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, seen: dict,
         valid=torch.tensor([[m["valid"] for m in env.transcript] for env in envs]),
         oracle_agrees=torch.tensor([[m["oracle_agrees"] for m in env.transcript]
                                     for env in envs]),
+        has_oracle=team.task.provides("oracle"),
         records=records, rows=rows, sides=sides, side_score=side_score,
         side_penalty=side_penalty,
         agent_side=torch.tensor([sides.index(team.side_of(a)) for a in team.ids]))

@@ -196,7 +196,8 @@ def summarize(result: RunResult, policy: str | None = None) -> dict[str, Any]:
         "per_agent": {a: {**per_episode(c), "cost_usd_per_episode": float(costs[a] / n)}
                       for a, c in ledger.per_agent().items()},
         "format_valid_rate": {a: rate("valid", a) for a in team.ids},
-        "oracle_agreement": {a: rate("oracle_agrees", a) for a in team.ids},
+        **({"oracle_agreement": {a: rate("oracle_agrees", a) for a in team.ids}}
+           if team.task.provides("oracle") else {}),
         "per_edge": {f"{u}->{v}": t / n for (u, v), t in ledger.per_edge().items()},
         "predicted_tokens_per_episode": predicted["tokens_per_episode"],
         "tokens_per_s": ledger.total().completion / result.wall_s if result.wall_s else None,

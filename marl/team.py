@@ -270,6 +270,13 @@ def _build_task(scn: Scenario, ids: list[str], answer: list[str],
     except ValidationError as exc:
         problems.extend(problems_from(exc, cls.Params, prefix=("task", "params")))
         return None
+    missing = [h for h in ("message_length", "answer_length") if not cls.provides(h)]
+    if cls.messages == "codes" and missing:
+        problems.append(Problem("task.name", f"{cls.id} declares messages 'codes' (fixed-width) "
+                                f"but does not define {' and '.join(missing)}; define "
+                                f"{'them' if len(missing) > 1 else 'it'}, or set messages = "
+                                "'text' on the class for free-form messages."))
+        return None
     if cls.competitive != (scn.teams is not None):
         problems.append(Problem("teams", f"{cls.id} is a competitive task: give two or more "
                                 "teams (teams: {red: {agents: [...], answer: ...}, ...})."
@@ -367,8 +374,22 @@ def _check_flow(scn: Scenario, task: Task, topo: CompiledTopology,
                                 f"but {task.id} needs it; {fix}."))
 
 
+def _check_backends(scn: Scenario, task: Task, problems: list[Problem]) -> None:
+    """A scripted or random policy needs the task's oracle or random policy."""
+    hooks = {"scripted": "oracle", "random": "random_message"}
+    for name, spec in scn.policies.items():
+        hook = hooks.get(spec.backend)
+        if hook and not task.provides(hook):
+            kind = "scripted oracle" if hook == "oracle" else "random policy"
+            problems.append(Problem(f"policies.{name}.backend", f"{task.id} has no {kind} "
+                                    f"(Task.{hook}), which backend {spec.backend!r} plays; "
+                                    "choose a model backend."))
+
+
 def _check_lengths(scn: Scenario, team_agents: list[Agent], task: Task,
                    problems: list[Problem]) -> None:
+    if task.messages != "codes":
+        return  # free-form messages: any length up to max_new_tokens
     seen = set()
     for agent in team_agents:
         spec = scn.policies.get(agent.policy)
@@ -405,6 +426,7 @@ def _resolve(scn: Scenario, source: str | None, problems: list[Problem]) -> Team
     if not task_problems:
         _check_flow(scn, task, topo, problems)
     _check_lengths(scn, agents, task, problems)
+    _check_backends(scn, task, problems)
     if problems:
         return None
     models = {a.id: price_model(scn, a.policy) for a in agents}

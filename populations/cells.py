@@ -9,7 +9,9 @@ from typing import Any
 import ray
 
 from marl.cluster import ray_session
+from marl.errors import MarlError
 from marl.sweep.run import Job, run_cell
+from marl.tasks import plugin_root
 
 
 def _run(job: Job) -> dict[str, Any]:
@@ -20,14 +22,21 @@ def _run(job: Job) -> dict[str, Any]:
 
 
 def execute_on_ray(jobs: Sequence[Job], address: str | None = None) -> Iterator[dict[str, Any]]:
-    """Rows of the jobs as they finish, each cell a Ray task."""
-    with ray_session(address):
+    """Rows of the jobs as they finish, each cell a Ray task (a plugin task's module goes
+    with them)."""
+    roots = {plugin_root(job.scenario["task"]["name"]) for job in jobs}
+    with ray_session(address, modules=[root[0] for root in roots if root]):
         task = ray.remote(num_cpus=1, max_retries=0)(_run)
         pending = [task.remote(job) for job in jobs]
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
-                yield ray.get(done[0])
+                try:
+                    yield ray.get(done[0])
+                except ray.exceptions.RayTaskError as exc:
+                    if isinstance(exc.cause, MarlError):
+                        raise exc.cause from None  # the cell's own error, as in-process
+                    raise
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)

@@ -45,7 +45,7 @@ import ray
 from marl import seeds
 from marl.algorithms import learner_class
 from marl.algorithms.common import begin_rl
-from marl.cluster import ray_session
+from marl.cluster import ray_session, task_modules
 from marl.errors import MarlError
 from marl.io import append_jsonl, atomic_dir, atomic_write_json
 from marl.rollout import collect
@@ -161,7 +161,7 @@ def run_league(scenario: str | Path, cfg: LeagueConfig, out: Path, address: str 
     win_rates = [0.5]
     exploiter = _exploiter(team, snapshots[0], trainer.cfg) if cfg.exploiters else None
     rng = np.random.default_rng(derive_seed(cfg.seed, seeds.LEAGUE))
-    with ray_session(address):
+    with ray_session(address, modules=task_modules(team)):
         for gen in range(cfg.generations):
             j = int(rng.choice(len(snapshots), p=pfsp_weights(win_rates, cfg.pfsp)))
             main.train(build_policies(team, checkpoint=snapshots[j]), snapshots[j].name,

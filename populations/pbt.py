@@ -42,7 +42,7 @@ from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
-from marl.cluster import ray_session
+from marl.cluster import ray_session, task_modules
 from marl.errors import MarlError
 from marl.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from marl.team import Team, load_team
@@ -210,7 +210,7 @@ def run_pbt(scenario: str | Path, cfg: PBTConfig, out: Path, address: str | None
     logging.getLogger("ray.tune.schedulers.pbt").setLevel(logging.WARNING)  # exploits.jsonl
     # A member restored before its first result has no result.json yet: Tune warns, harmlessly.
     logging.getLogger("ray.tune.logger.logger").setLevel(logging.ERROR)
-    with ray_session(address):
+    with ray_session(address, modules=task_modules(team)):
         if resume:
             log(f"resuming the population in {out} from Tune's experiment state")
             tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True,

@@ -180,8 +180,23 @@ def team_codes(team: Team, batch: EpisodeBatch) -> dict[str, dict[str, str]]:
 
 
 def check_prior(teams: Sequence[Team], cfg: TrainConfig) -> None:
-    """Before training: the ``ciphers`` prior needs tasks that line their messages up with
-    what an agent read (:meth:`Task.read_symbols`) over a finite alphabet."""
+    """Before training: what the warm-up and the SFT term play must exist for the task. The
+    random warm-up needs the task's random policy, oracle demonstrations its oracle, and
+    the ``ciphers`` prior a task that lines its messages up with what an agent read
+    (:meth:`Task.read_symbols`) over a finite alphabet."""
+    needs = {"random_message": cfg.warmup and cfg.warmup_source == "random",
+             "oracle": (cfg.warmup and cfg.warmup_source == "oracle") or cfg.sft_coef > 0}
+    for team in teams:
+        task = team.task
+        if needs["random_message"] and not task.provides("random_message"):
+            raise MarlError(f"{task.id} has no random policy (Task.random_message), which the "
+                            "format warm-up plays (warmup_source: random); set warmup_source: "
+                            "none (a pretrained model needs no warm-up) or give the task a "
+                            "random_message.")
+        if needs["oracle"] and not task.provides("oracle"):
+            raise MarlError(f"{task.id} has no scripted oracle (Task.oracle), which oracle "
+                            "demonstrations need (sft_coef, warmup_source: oracle); train "
+                            "from reward alone (sft_coef: 0, warmup_source: random or none).")
     if cfg.warmup_source != "random" or cfg.warmup_prior != "ciphers":
         return
     for team in teams:

@@ -45,7 +45,7 @@ from ray.tune.registry import register_env
 from marl import seeds
 from marl.baseline.config import BaselineConfig
 from marl.baseline.symbols import SymbolEnv
-from marl.cluster import ray_session
+from marl.cluster import ray_session, task_modules
 from marl.errors import MarlError
 from marl.io import (
     append_jsonl,
@@ -251,7 +251,7 @@ def run_baseline(scenario: str | Path, cfg: BaselineConfig, out: Path,
         {"scenario": str(scenario), **cfg.model_dump()}, sort_keys=False))
     atomic_write_text(out / "scenario.yaml", team.to_yaml())
     logging.getLogger("ray.rllib").setLevel(logging.ERROR)
-    with ray_session(address, num_cpus=cfg.cpus):
+    with ray_session(address, num_cpus=cfg.cpus, modules=task_modules(team)):
         algo = algorithm_config(team, cfg).build_algo()
         try:
             summary = _train(algo, team, cfg, out, log, progress)

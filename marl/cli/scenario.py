@@ -126,10 +126,11 @@ def run(
         out.print(f"team {side}: success rate {figures['success_rate']:.3f}  score "
                   f"{figures['score_mean']:.4f}  reward {figures['reward_mean']:.4f}  "
                   f"{figures['tokens_per_episode']:.0f} tokens/episode", highlight=False)
+    agrees = summary.get("oracle_agreement")  # absent: the task has no scripted oracle
     out.print("format valid: " + ", ".join(f"{a} {r:.3f}" for a, r in
                                            summary["format_valid_rate"].items())
-              + "   agrees with the oracle: " + ", ".join(
-                  f"{a} {r:.3f}" for a, r in summary["oracle_agreement"].items()),
+              + ("   agrees with the oracle: " + ", ".join(
+                  f"{a} {r:.3f}" for a, r in agrees.items()) if agrees else ""),
               highlight=False)
     _print_run_notes(summary, result.episodes)
     out.print(f"wrote {target / 'summary.json'} and {target / 'episodes.jsonl'}", highlight=False)

@@ -40,8 +40,12 @@ class RandomPolicy(Policy):
 
 
 def build_scripted(spec, task: Task, seed: int, checkpoint=None) -> ScriptedPolicy:
+    if not task.provides("oracle"):
+        task.oracle("", "", False)  # the task's refusal, which says what to do instead
     return ScriptedPolicy(task, seed)
 
 
 def build_random(spec, task: Task, seed: int, checkpoint=None) -> RandomPolicy:
+    if not task.provides("random_message"):
+        task.random_message("", False, np.random.default_rng(0))  # the task's refusal
     return RandomPolicy(task, seed)

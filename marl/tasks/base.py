@@ -1,8 +1,13 @@
-"""What every task provides: private information, fixed-width message formats, a scripted
-oracle that acts from its observation text alone, a random policy, and a score.
+"""The task contract: what a task gives the platform, what is required and what optional.
 
-Messages and private texts have a fixed length per agent, so the cost model can predict
-the tokens of scripted and random teams exactly.
+A task is a class deriving from :class:`Task` (built in, or a plugin named
+``package.module:Class`` in a scenario; ``docs/tasks.md`` has a worked example). Required:
+``id``, ``Params`` and :meth:`Task.sample`; a task whose ``messages`` are ``"codes"`` (the
+default: fixed-width symbol strings, whose cost is predicted exactly) also gives
+:meth:`Task.message_length` and :attr:`Task.answer_length`. Everything else is optional,
+with a default: the score (exact match), a format check, the flow check's sources, and
+the scripted oracle and random policy, without which ``--policy scripted|random``, the
+random-message warm-up and oracle agreement are refused or skipped with a message.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -100,12 +105,27 @@ def private_text(observation: str) -> str:
 
 
 class Task(ABC):
-    """A team task. Subclasses set ``id`` and ``Params`` and implement the hooks below."""
+    """A team task. Subclasses set ``id`` and ``Params`` and implement :meth:`sample`; the
+    other hooks are optional unless their docstring says otherwise."""
 
     id: ClassVar[str]
     Params: ClassVar[type[TaskParams]]
     #: Competitive tasks score two or more teams (``score_sides``); cooperative ones one.
     competitive: ClassVar[bool] = False
+    #: ``codes``: messages and answers are fixed-width strings (``message_length``,
+    #: ``answer_length``), so scripted and random teams' costs are predicted exactly;
+    #: ``text``: free-form text, whatever the agent writes up to its ``max_new_tokens``.
+    messages: ClassVar[Literal["codes", "text"]] = "codes"
+
+    #: The optional hooks :meth:`provides` reports on.
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("oracle", "random_message", "valid_message",
+                                          "message_length", "answer_length")
+
+    @classmethod
+    def provides(cls, hook: str) -> bool:
+        """Whether this task defines the optional ``hook`` (``oracle``, ``random_message``,
+        ...) rather than inheriting the base class's refusal or default."""
+        return getattr(cls, hook) is not getattr(Task, hook)
 
     def __init__(self, params: TaskParams, agents: Sequence[str], answer_agents: Sequence[str],
                  sides: dict[str, Sequence[str]] | None = None):
@@ -139,44 +159,57 @@ class Task(ABC):
                             f"{key}).")]
         return []
 
-    @abstractmethod
     def required_sources(self) -> set[str]:
-        """Agents whose private information every answer agent needs to answer correctly."""
+        """Agents whose private information every answer agent needs to answer correctly;
+        loading checks that the topology lets it reach them in time. Default: none."""
+        return set()
 
     @abstractmethod
-    def sample(self, rng: np.random.Generator) -> Instance: ...
+    def sample(self, rng: np.random.Generator) -> Instance:
+        """Required: a new instance drawn with ``rng`` (private text per agent, the
+        reference answer, structured data for analysis)."""
 
-    @abstractmethod
     def message_length(self, agent: str) -> int:
-        """Characters of ``agent``'s oracle and random messages."""
+        """Required with ``messages = "codes"``: characters of ``agent``'s messages."""
+        raise MarlError(f"{self.id} has no fixed message length: its messages are "
+                        f"{self.messages!r}.")
 
     @property
-    @abstractmethod
     def answer_length(self) -> int:
-        """Characters of an answer."""
+        """Required with ``messages = "codes"``: characters of an answer."""
+        raise MarlError(f"{self.id} has no fixed answer length: its messages are "
+                        f"{self.messages!r}.")
 
-    @abstractmethod
     def oracle(self, agent: str, observation: str, final: bool) -> str:
-        """The scripted policy: act from the observation text alone."""
+        """Optional: the scripted policy, acting from the observation text alone (backend
+        ``scripted``, oracle agreement, oracle demonstrations)."""
+        raise MarlError(f"{self.id} has no scripted oracle (Task.oracle): play it with a "
+                        "model or random policy, and train without oracle demonstrations.")
 
     def demonstration(self, agent: str, observation: str, final: bool) -> str | None:
         """The oracle's action as a training target, or ``None`` where the oracle would only
-        guess (an answer whose inputs never arrived or arrived garbled).
+        guess (an answer whose inputs never arrived or arrived garbled), or where the task
+        has no oracle.
 
         Imitating guesses teaches a bias, not the task: early in training most messages are
         noise, and a listener drilled to answer the oracle's fallback to noise settles there.
         """
-        return self.oracle(agent, observation, final)
+        return self.oracle(agent, observation, final) if self.provides("oracle") else None
 
-    @abstractmethod
     def random_message(self, agent: str, final: bool, rng: np.random.Generator) -> str:
-        """A uniformly random message (or answer) of the right format."""
+        """Optional: a random message (or answer) of the right form and no meaning (backend
+        ``random``, the format warm-up of models trained from scratch)."""
+        raise MarlError(f"{self.id} has no random policy (Task.random_message): play it with "
+                        "a model or scripted policy, and train without the random warm-up "
+                        "(warmup_source: none, as for pretrained models).")
 
-    @abstractmethod
     def valid_message(self, agent: str, message: str, final: bool) -> bool:
         """Whether ``message`` has the format of ``agent``'s messages (or, when ``final``,
         of an answer): the form, not the meaning. Every oracle and random message is valid.
-        """
+        Default: the right length for codes, any non-blank text for free-form messages."""
+        if self.messages == "codes":
+            return len(message) == self.output_length(agent, final)
+        return bool(message.strip())
 
     def symbols(self, agent: str, final: bool) -> tuple[str, ...] | None:
         """The finite alphabet of every position of ``agent``'s messages (or, when

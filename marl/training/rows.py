@@ -33,14 +33,14 @@ def evaluation(team: Team, policies: dict, cfg: TrainConfig, sampled: bool = Fal
             row.update(batch.side_figures("eval_"))
             row.update(eval_reward_mean=float(batch.reward.mean()),
                        eval_format_valid_rate=batch.per_agent_rate(batch.valid),
-                       eval_oracle_agreement=batch.per_agent_rate(batch.oracle_agrees))
+                       **batch.oracle_figures("eval_oracle_agreement"))
             if habits is not None:
                 row["habit_agreement"] = habit_agreement(team, batch, habits)
     if sampled:
         batch = collect(team, policies, cfg.eval_episodes, 1, seed=seed)
         row.update(success_rate=float(batch.success.float().mean()),
                    format_valid_rate=batch.per_agent_rate(batch.valid),
-                   oracle_agreement=batch.per_agent_rate(batch.oracle_agrees))
+                   **batch.oracle_figures("oracle_agreement"))
     return row, records
 
 
@@ -54,7 +54,7 @@ def iteration_figures(batch: EpisodeBatch, stats: dict, seconds: float) -> dict[
             "success_rate": float(batch.success.float().mean()),
             "score_mean": float(batch.score.mean()),
             "format_valid_rate": batch.per_agent_rate(batch.valid),
-            "oracle_agreement": batch.per_agent_rate(batch.oracle_agrees),
+            **batch.oracle_figures("oracle_agreement"),
             "tokens_per_episode": float(tokens.sum()) / n,
             "completion_tokens_per_episode": float(batch.ledger["completion"].sum()) / n,
             "cost_per_episode": float(Ledger(batch.rows).cost()) / n,
