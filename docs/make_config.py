@@ -58,6 +58,8 @@ def sections() -> list[tuple[str, str, list[type]]]:
         TeamSpec,
         TopologySpec,
     )
+    from marl.tasks.dataset import DatasetParams
+    from marl.tasks.verifiers import VerifierSpec
     from populations.config import LeagueConfig, PBTConfig, Range, Resources
 
     return [
@@ -65,6 +67,9 @@ def sections() -> list[tuple[str, str, list[type]]]:
          "[scenarios.md](scenarios.md)",
          [Scenario, TaskSpec, AgentEntry, PolicySpec, TopologySpec, ProtocolSpec, AnswerSpec,
           TeamSpec, CostSpec]),
+        ("The dataset task", "a scenario's `task: {name: dataset_v0, params: {...}}`; the "
+         "task is described in [tasks.md](tasks.md#dataset-tasks)",
+         [DatasetParams, VerifierSpec]),
         ("Training", "`marl train --config FILE --set key=value` (`configs/algorithm/*.yaml`, "
          "`configs/relay.yaml`)", [TrainConfig, Stage]),
         ("Populations", "`marl population pbt|league --config FILE --set key=value` "

@@ -2,9 +2,12 @@
 
 One ``step()`` is one layer of the schedule: the agents of that layer act together, each
 reading the messages its in-edges deliver. Observations and actions are text (gymnasium
-``Text`` over :data:`~marl.tokenizer.CHARSET`). Any action is legal input: empty, over-long
-(truncated to the policy's token limit), outside the charset (replaced by ``?``), not a
-string at all; each case is flagged in ``infos[agent]["flags"]``, never an exception.
+``Text`` over :data:`~marl.tokenizer.CHARSET`, or :class:`UnicodeText` for an agent whose
+tokenizer encodes any Unicode). Any action is legal input: empty, over-long (truncated to
+the policy's token limit), outside the charset (replaced by ``?``), not a string at all;
+each case is flagged in ``infos[agent]["flags"]``, never an exception. A symbol-code
+message is one line (newlines become spaces); a free-form one (``Task.messages ==
+"text"``) keeps its lines, which readers see framed (:mod:`marl.prompts`).
 Agents not scheduled in the current layer observe a note saying so; their actions are
 ignored and cost nothing. ``reset(options={"episode": i, "split": s})`` sets the episode
 index written into ledger rows (default: one more than the last) and the task's instance
@@ -69,22 +72,35 @@ def per_agent(team: Team, tokenizers: Tokenizers) -> dict[str, Tokenizer]:
     return dict.fromkeys(team.ids, tok)
 
 
+class UnicodeText(Text):
+    """A gymnasium ``Text`` space holding any Unicode string within its length bounds (the
+    text of a model whose tokenizer encodes any Unicode); samples are drawn from its
+    ``charset``, as ``Text``'s are."""
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+
 @functools.lru_cache(maxsize=64)
-def _spaces(team: Team, chars: tuple[int, ...]) -> tuple[dict[str, Text], dict[str, Text]]:
-    """Observation and action spaces; ``chars[i]``: longest token of agent i, in characters.
+def _spaces(team: Team, chars: tuple[int, ...],
+            unicode: tuple[bool, ...]) -> tuple[dict[str, Text], dict[str, Text]]:
+    """Observation and action spaces; ``chars[i]``: longest token of agent i, in characters;
+    ``unicode[i]``: agent i's tokenizer encodes any Unicode.
 
     The observation bound is the longest prompt the agent can see, every message at its
-    token limit; it is computed once per team and shared by all its environments.
+    token limit (and the longest private text); it is computed once per team and shared by
+    all its environments.
     """
     width = dict(zip(team.ids, chars, strict=True))
+    kind = {a: UnicodeText if u else Text for a, u in zip(team.ids, unicode, strict=True)}
     bound = predict_team(team, CharTokenizer(),
                          completion=lambda a, r: team.max_new_tokens(a) * width[a])
     longest = dict.fromkeys(team.ids, 0)
     for (a, _), c in bound.per_call.items():
         longest[a] = max(longest[a], c.prompt)
     note = len(prompts.waiting("x", team.rounds, team.topo.n_layers)) + 40
-    obs = {a: Text(max(longest[a], note) + 32, charset=CHARSET) for a in team.ids}
-    act = {a: Text(team.max_new_tokens(a) * width[a], min_length=0, charset=CHARSET)
+    obs = {a: kind[a](max(longest[a], note) + 32, charset=CHARSET) for a in team.ids}
+    act = {a: kind[a](team.max_new_tokens(a) * width[a], min_length=0, charset=CHARSET)
            for a in team.ids}
     return obs, act
 
@@ -103,7 +119,8 @@ class TeamEnv(ParallelEnv):
         self._rng: np.random.Generator | None = None
         self.episode = -1
         chars = tuple(self.tokenizers[a].max_token_chars for a in team.ids)
-        self._obs_space, self._act_space = _spaces(team, chars)
+        unicode = tuple(self.tokenizers[a].charset is None for a in team.ids)
+        self._obs_space, self._act_space = _spaces(team, chars, unicode)
 
     def observation_space(self, agent: str) -> Text:
         return self._obs_space[agent]
@@ -129,7 +146,7 @@ class TeamEnv(ParallelEnv):
         self.instance = self.team.task.draw(self._rng, self.split)
         self.round, self.layer = 0, 0
         self.agents = list(self.possible_agents)
-        self._history = {a.id: prompts.header(a.id, a.role, self.instance.private[a.id],
+        self._history = {a.id: prompts.header(a.id, a.role, self._private(a.id),
                                               prompts.one_line(a.prompt))
                          for a in self.team.agents}
         self._history_tokens = {a: self.tokenizers[a].count(h) for a, h in self._history.items()}
@@ -139,8 +156,15 @@ class TeamEnv(ParallelEnv):
         self.transcript: list[dict[str, Any]] = []
         self.result: dict[str, Any] | None = None
         self.failure: str | None = None  # the first failed call's reason
+        self.verify_s = 0.0  # seconds the task took to score the answer (Task.verdict)
         obs = self._observe()
         return obs, {a: self._info(a) for a in self.agents}
+
+    def _private(self, agent: str) -> str:
+        """The agent's private text as its tokenizer can read it (a dataset's Unicode
+        becomes ``?`` for the tiny models' characters)."""
+        return prompts.sanitize_text(self.instance.private[agent],
+                                     self.tokenizers[agent].charset)[0]
 
     def _info(self, agent: str) -> dict[str, Any]:
         return {"round": self.round, "layer": self.layer,
@@ -188,7 +212,8 @@ class TeamEnv(ParallelEnv):
         elif not isinstance(raw, str):
             flags["invalid_type"] = type(raw).__name__
             raw = ""
-        text, replaced = prompts.sanitize(raw)
+        text, replaced = (prompts.sanitize_text(raw, self.tokenizers[agent].charset)
+                          if self.team.task.messages == "text" else prompts.sanitize(raw))
         if replaced:
             flags["sanitized_chars"] = replaced
         tok = self.tokenizers[agent]
@@ -278,8 +303,15 @@ class TeamEnv(ParallelEnv):
         answers = {side: [self._messages[(a, last)] for a in voters]
                    for side, voters in self.team.side_answers.items()}
         team_answers = {side: task.team_answer(votes) for side, votes in answers.items()}
-        scores = (task.score_sides(self.instance, team_answers) if self.failure is None else
-                  dict.fromkeys(team_answers, 0.0))
+        reason = None
+        if self.failure is not None:
+            scores = dict.fromkeys(team_answers, 0.0)
+        elif self.team.competitive:
+            scores = task.score_sides(self.instance, team_answers)
+        else:  # one side: its verdict may say why it scored 0, and took time to reach
+            (side, answer), = team_answers.items()
+            score, reason, self.verify_s = task.verdict(self.instance, answer)
+            scores = {side: score}
         sides = {}
         for side, members in self.team.sides.items():
             used = sum(r.prompt_tokens + r.completion_tokens for r in self.rows
@@ -302,6 +334,8 @@ class TeamEnv(ParallelEnv):
             self.result["sides"] = sides
         if self.failure is not None:
             self.result["error"] = self.failure
+        if reason is not None:
+            self.result["score_reason"] = reason
         done = self.agents
         obs = {a: f"{a}: episode over after {self.team.rounds} round(s)." for a in done}
         for a in done:

@@ -12,18 +12,41 @@ An agent's prompt is a growing transcript::
     ...
 
 The final call of an answer agent ends with ``w1 answer> `` instead of ``w1> ``.
+
+Free-form messages (``Task.messages == "text"``) and private texts may span several lines:
+every line after the first starts with :data:`CONTINUATION`, so no line of a message can
+pass for another agent's line (a ``src> `` at the start of a line) or a round marker::
+
+    lead> Add the two numbers:
+      17 and 25.
 """
 
 from __future__ import annotations
 
+import unicodedata
+
 from marl.tokenizer import CHARSET
 
 _ALLOWED = frozenset(CHARSET)
+#: What every continuation line of a multi-line message or private text starts with.
+CONTINUATION = "  "
+#: Line breaks besides ``\n`` (those ``str.splitlines`` knows): a message's become ``\n``.
+_BREAKS = {"\r\n": "\n", **dict.fromkeys("\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029", "\n")}
+
+
+def framed(text: str) -> str:
+    """``text`` with every line after the first indented by :data:`CONTINUATION`.
+
+    >>> framed("one\\nlead> two")
+    'one\\n  lead> two'
+    """
+    return text.replace("\n", "\n" + CONTINUATION)
 
 
 def header(agent: str, role: str, private: str, prompt: str) -> str:
-    """Identity and private information on the first line, then the scenario's prompt."""
-    text = f"you are {agent} ({role}). {private}\n"
+    """Identity and private information on the first line (a multi-line private text goes
+    on in continuation lines), then the scenario's prompt."""
+    text = f"you are {agent} ({role}). {framed(private)}\n"
     return text + (f"{prompt}\n" if prompt else "")
 
 
@@ -33,8 +56,9 @@ def turn_open(rnd: int) -> str:
 
 
 def message_line(src: str, message: str) -> str:
-    """How a message from ``src`` appears in the reader's prompt."""
-    return f"{src}> {message}\n"
+    """How a message from ``src`` appears in the reader's prompt (a multi-line message goes
+    on in continuation lines)."""
+    return f"{src}> {framed(message)}\n"
 
 
 def query(agent: str, final: bool) -> str:
@@ -45,6 +69,32 @@ def query(agent: str, final: bool) -> str:
 def waiting(agent: str, rnd: int, layer: int) -> str:
     """Observation of an agent that is not scheduled in the current layer."""
     return f"{agent}: not scheduled in round {rnd + 1}, layer {layer + 1}; action ignored."
+
+
+def sanitize_text(text: str, charset: str | None) -> tuple[str, int]:
+    """Make ``text`` a free-form message: line breaks of every kind become ``\\n``, other
+    control characters and (for a tokenizer with a fixed ``charset``, such as the tiny
+    models' characters) characters outside it become ``?``. Returns the text and how many
+    characters were changed.
+
+    >>> sanitize_text("caf\\u00e9\\r\\nok\\x07", None)
+    ('caf\u00e9\\nok?', 2)
+    >>> sanitize_text("caf\\u00e9", CHARSET)
+    ('caf?', 1)
+    """
+    changed = 0
+    for old, new in _BREAKS.items():
+        if old in text:
+            changed += text.count(old)
+            text = text.replace(old, new)
+    allowed = None if charset is None else frozenset(charset)
+    out = []
+    for c in text:
+        bad = c not in allowed if allowed is not None else (
+            c not in "\n\t" and unicodedata.category(c) == "Cc")
+        out.append("?" if bad else c)
+        changed += bad
+    return "".join(out), changed
 
 
 def sanitize(text: str) -> tuple[str, int]:

@@ -54,6 +54,7 @@ class EpisodeBatch:
     valid: torch.Tensor  # (B, K) the message has the task's format
     oracle_agrees: torch.Tensor  # (B, K) the message is what the task oracle would send
     has_oracle: bool = True  # the task has a scripted oracle (else nothing agrees with it)
+    verify_s: float = 0.0  # seconds the task took to score the answers (its verifier)
     records: list[dict[str, Any]] = field(default_factory=list)  # transcripts and results
     rows: list[LedgerRow] = field(default_factory=list)
     # Sides: the teams of a competitive scenario (one side, the whole team, otherwise).
@@ -68,6 +69,15 @@ class EpisodeBatch:
         """``{key: each agent's share of messages equal to the oracle's}``, or nothing for a
         task without a scripted oracle."""
         return {key: self.per_agent_rate(self.oracle_agrees)} if self.has_oracle else {}
+
+    def scoring_figures(self) -> dict[str, float]:
+        """How long scoring took (``verify_s``) and how many episodes were scored 0 for a
+        reason (``unscored_episodes``: a malformed row, an answer the verifier could not
+        read, a test that hung), for tasks that report either; nothing otherwise."""
+        reasons = sum("score_reason" in r for r in self.records)
+        if not self.verify_s and not reasons:
+            return {}
+        return {"verify_s": self.verify_s, "unscored_episodes": float(reasons)}
 
     @property
     def agent_score(self) -> torch.Tensor:
@@ -267,6 +277,7 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, seen: dict,
         oracle_agrees=torch.tensor([[m["oracle_agrees"] for m in env.transcript]
                                     for env in envs]),
         has_oracle=team.task.provides("oracle"),
+        verify_s=sum(env.verify_s for env in envs),
         records=records, rows=rows, sides=sides, side_score=side_score,
         side_penalty=side_penalty,
         agent_side=torch.tensor([sides.index(team.side_of(a)) for a in team.ids]))

@@ -63,6 +63,9 @@ class RunResult:
     stopped: str | None = None
     #: The cost model's worst case of one episode, which the budget check uses.
     worst_episode_usd: Decimal = Decimal(0)
+    #: Seconds the task took to score the answers (its verifier), and the split played.
+    verify_s: float = 0.0
+    split: str = "train"
 
 
 #: For API teams, the budget's worst case of an episode is at least this multiple of the
@@ -87,8 +90,9 @@ def affordable(budget: Decimal, spent: Decimal, worst: Decimal, n: int) -> int:
 def run(team: Team, episodes: int, seed: int | None = None, policy: str | None = None,
         checkpoint: Path | None = None, batch_size: int = 64,
         on_episode: Callable[[int], None] | None = None,
-        cache: Path | None = None) -> RunResult:
-    """Play ``episodes`` episodes through the batched rollout engine, ``batch_size`` at a
+        cache: Path | None = None, split: str | None = None) -> RunResult:
+    """Play ``episodes`` episodes of the task's ``split`` (default: the one evaluations
+    play, :attr:`Task.eval_split`) through the batched rollout engine, ``batch_size`` at a
     time; same seed, same results.
 
     With ``costs.budget_usd``, a batch is played only if its worst case (the cost model's
@@ -109,8 +113,13 @@ def run(team: Team, episodes: int, seed: int | None = None, policy: str | None =
         raise MarlError(f"costs.budget_usd {budget} is below the worst-case cost of one "
                         f"episode, {worst:.6g} USD (marl cost shows it); raise the budget "
                         "or lower max_new_tokens.")
+    split = split or team.task.eval_split
+    if split not in team.task.splits:
+        raise MarlError(f"--split {split!r}: {team.task.id} has the splits "
+                        f"{', '.join(team.task.splits)}.")
     policies = build_policies(team, policy, seed, checkpoint, cache)
-    out = RunResult(team, policies=policies, requested=episodes, worst_episode_usd=worst)
+    out = RunResult(team, policies=policies, requested=episodes, worst_episode_usd=worst,
+                    split=split)
     api = any((policy or spec.backend) in API_BACKENDS
               for spec in team.scenario.policies.values())
     start = time.perf_counter()
@@ -126,7 +135,9 @@ def run(team: Team, episodes: int, seed: int | None = None, policy: str | None =
             if n == 0:
                 out.stopped = "budget"
                 break
-        batch = collect(team, policies, n, seed=seed, first_instance=len(out.episodes))
+        batch = collect(team, policies, n, seed=seed, first_instance=len(out.episodes),
+                        split=split)
+        out.verify_s += batch.verify_s
         out.episodes.extend(batch.records)
         out.ledger.extend(batch.rows)
         if on_episode:
@@ -205,9 +216,21 @@ def summarize(result: RunResult, policy: str | None = None) -> dict[str, Any]:
         "episodes_per_s": n / result.wall_s if result.wall_s > 0 else None,
         "failed_episodes": sum(1 for e in result.episodes if e.get("error")),
         **({"sides": sides} if sides else {}),
+        **_scoring_figures(result),
         **_budget_figures(result),
         **api_figures(result),
     }
+
+
+def _scoring_figures(result: RunResult) -> dict[str, Any]:
+    """The split played (when the task has several), the episodes scored 0 for a reason and
+    the time scoring took (when the task reports them)."""
+    splits = {"split": result.split} if result.split != "train" else {}
+    reasons = sum("score_reason" in e for e in result.episodes)
+    if not result.verify_s and not reasons:
+        return splits
+    return {**splits, "unscored_episodes": reasons, "verify_s_total": result.verify_s,
+            "verify_s_per_episode": result.verify_s / len(result.episodes)}
 
 
 def _budget_figures(result: RunResult) -> dict[str, Any]:

@@ -258,7 +258,7 @@ def _unknown_model(path: str, model: str) -> Problem:
                    "costs.input_cost_per_token / output_cost_per_token yourself.")
 
 
-def _build_task(scn: Scenario, ids: list[str], answer: list[str],
+def _build_task(scn: Scenario, agents: list[Agent], answer: list[str],
                 sides: dict[str, tuple[str, ...]], problems: list[Problem]) -> Task | None:
     try:
         cls = task_class(scn.task.name)
@@ -283,7 +283,7 @@ def _build_task(scn: Scenario, ids: list[str], answer: list[str],
                                 if cls.competitive else f"{cls.id} is a cooperative task "
                                 "(one team); teams need a competitive task such as cipher_v0."))
         return None
-    return cls(params, ids, answer, sides)
+    return cls(params, [a.id for a in agents], answer, sides, {a.id: a.role for a in agents})
 
 
 def _build_topology(scn: Scenario, ids: list[str],
@@ -416,7 +416,7 @@ def _resolve(scn: Scenario, source: str | None, problems: list[Problem]) -> Team
         return None
     sides, side_answers = _check_sides(scn, ids, problems)
     answer = [a for members in side_answers.values() for a in members]
-    task = _build_task(scn, ids, answer, sides, problems)
+    task = _build_task(scn, agents, answer, sides, problems)
     built = _build_topology(scn, ids, problems) if ids else None
     if task is None or built is None:
         return None

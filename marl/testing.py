@@ -13,7 +13,7 @@ from typing import Any
 
 from pettingzoo.test import parallel_api_test
 
-from marl.cost.predict import predict_team
+from marl.cost.predict import predict_range, predict_team
 from marl.env import TeamEnv, make_env
 from marl.runner import run
 from marl.team import Team, load_team
@@ -85,8 +85,15 @@ def check_garbage(team: Team, seed: int = 0) -> None:
 
 
 def check_prediction(team: Team, policy: str, episodes: int = 4, seed: int = 0) -> None:
-    """Measured ledger totals equal the cost model's prediction, per call, edge and cost."""
+    """Measured ledger totals equal the cost model's prediction, per call, edge and cost;
+    for a free-form task, every episode lies in the predicted range."""
     result = run(team, episodes, seed=seed, policy=policy)
+    if team.task.messages == "text":
+        bounds = predict_range(team, backend=policy)
+        for e, counts in result.ledger.per_episode().items():
+            assert bounds["min"].total.total <= counts.total <= bounds["max"].total.total, (
+                f"episode {e}: {counts.total} tokens outside the predicted range")
+        return
     pred = predict_team(team, backend=policy)
     for e, counts in result.ledger.per_episode().items():
         assert counts == pred.total, f"episode {e}: measured {counts} != predicted {pred.total}"
@@ -104,6 +111,7 @@ def check_scenario(scenario: str | Path | Team, seed: int = 0) -> None:
     check_api(team, seed)
     check_determinism(team, seed)
     check_garbage(team, seed)
-    for policy in ("scripted", "random"):
-        check_prediction(team, policy, seed=seed)
+    for policy, hook in (("scripted", "oracle"), ("random", "random_message")):
+        if team.task.provides(hook):
+            check_prediction(team, policy, seed=seed)
     make_env(team).close()

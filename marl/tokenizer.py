@@ -24,6 +24,8 @@ class Tokenizer(Protocol):
     prefix_stable: bool
     #: Longest text one token can decode to (bounds observation lengths in characters).
     max_token_chars: int
+    #: The characters it encodes one for one (others are unknown to it); None: any Unicode.
+    charset: str | None
 
     def encode(self, text: str) -> list[int]: ...
 

@@ -1,5 +1,6 @@
 """The numbers of ``marl analyze``: learning curves, cost-vs-reward points and fronts,
-where the tokens go, and the emergence metrics of each run's evaluations over training.
+where the tokens go, and the emergence and free-form message metrics of each run's
+evaluations over training.
 
 Everything comes from the run directories (see :mod:`marl.analysis.runs`); nothing here
 imports torch. Replayed interventions (:mod:`marl.analysis.replay`) are merged in by the
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from marl.analysis import emergence
+from marl.analysis import emergence, freeform
 from marl.analysis.runs import Run, discover, read_jsonl
 from marl.analysis.spend import cumulative, pareto_front, token_breakdown
 
@@ -117,24 +118,92 @@ def _team(run: Run) -> Any | None:
         return None
 
 
-def emergence_over_training(run: Run, points: int,
-                            answer_agents: Sequence[str]) -> dict[str, Any]:
-    """The language metrics of up to ``points`` evaluations spread over the run (the last
-    one always included), on the ``train`` split's episodes."""
+Evaluations = list[tuple[int, list[dict[str, Any]]]]  # (iteration, its episode records)
+
+
+def sampled_evaluations(run: Run, points: int) -> Evaluations:
+    """The ``train`` split's episodes of up to ``points`` evaluations spread over the run
+    (the last one always included; an evaluation run's episodes are iteration 0),
+    leaving out evaluations without any."""
     chosen = [(0, run.episodes_file)] if run.kind == "eval" else _spread(run.evals, points)
-    series: dict[str, dict[str, list[Any]]] = {}
-    iterations = []
+    out = []
     for iteration, path in chosen:
         if path is None:
             continue
         records = [r for r in read_jsonl(path, run.notes) if r.get("split", "train") == "train"]
-        if not records:
-            continue
+        if records:
+            out.append((iteration, records))
+    return out
+
+
+def emergence_over_training(evaluations: Evaluations,
+                            answer_agents: Sequence[str]) -> dict[str, Any]:
+    """The language metrics of each sampled evaluation (:func:`sampled_evaluations`)."""
+    series: dict[str, dict[str, list[Any]]] = {}
+    iterations = []
+    for iteration, records in evaluations:
         iterations.append(iteration)
         for agent, lang in senders_language(records, answer_agents).items():
             for key, value in language_metrics(lang).items():
                 series.setdefault(agent, {}).setdefault(key, []).append(value)
     return {"iteration": iterations, "agents": series}
+
+
+def message_metrics(records: Sequence[dict[str, Any]], answer_agents: Sequence[str] = ()
+                    ) -> dict[str, dict[str, float | None]]:
+    """Per agent that sends messages, over every message it sent in ``records`` (answers
+    left out, as in :func:`senders_language`, and so are the turns of failed calls, which
+    made no call): characters and words (:func:`freeform.message_lengths`), completion
+    tokens per message (from its ledger rows of those calls; None when none matches),
+    vocabulary entropy and the shares empty and cut (:mod:`marl.analysis.freeform`).
+
+    >>> rec = {"transcript": [
+    ...     {"round": 0, "layer": 0, "agent": "s", "message": "Red cube", "flags": {}},
+    ...     {"round": 0, "layer": 1, "agent": "l", "message": "0", "flags": {}}],
+    ...     "ledger": [{"round": 0, "layer": 0, "agent": "s", "completion_tokens": 3},
+    ...                {"round": 0, "layer": 1, "agent": "l", "completion_tokens": 1}]}
+    >>> m = message_metrics([rec], answer_agents=["l"])
+    >>> list(m), m["s"]["mean_chars"], m["s"]["tokens_per_message"]
+    (['s'], 8.0, 3.0)
+    """
+    sent: dict[str, list[dict[str, Any]]] = {}
+    tokens: dict[str, list[int]] = {}
+    for rec in records:
+        transcript = rec.get("transcript", [])
+        last = max((m["round"] for m in transcript), default=0)
+        calls = set()
+        for m in transcript:
+            void = {"error", "skipped"} & set(m.get("flags", {}))
+            if void or (m["agent"] in answer_agents and m["round"] == last):
+                continue
+            sent.setdefault(m["agent"], []).append(m)
+            calls.add((m["round"], m.get("layer"), m["agent"]))
+        for row in rec.get("ledger", []):
+            if (row.get("round"), row.get("layer"), row["agent"]) in calls:
+                tokens.setdefault(row["agent"], []).append(row["completion_tokens"])
+    out = {}
+    for agent, entries in sent.items():
+        texts = [m["message"] for m in entries]
+        spent = tokens.get(agent, [])
+        out[agent] = {**freeform.message_lengths(texts),
+                      "tokens_per_message": sum(spent) / len(spent) if spent else None,
+                      "vocabulary_entropy": freeform.vocabulary_entropy(texts),
+                      **freeform.empty_or_cut_share(entries)}
+    return out
+
+
+def messages_over_training(evaluations: Evaluations,
+                           answer_agents: Sequence[str]) -> dict[str, dict[str, list[Any]]]:
+    """Per sending agent, :func:`message_metrics` of each sampled evaluation it sent in,
+    each key a list aligned with the agent's own ``iteration`` list."""
+    series: dict[str, dict[str, list[Any]]] = {}
+    for iteration, records in evaluations:
+        for agent, metrics in message_metrics(records, answer_agents).items():
+            mine = series.setdefault(agent, {"iteration": []})
+            mine["iteration"].append(iteration)
+            for key, value in metrics.items():
+                mine.setdefault(key, []).append(value)
+    return series
 
 
 def _spread(items: Sequence[Any], k: int) -> list[Any]:
@@ -151,7 +220,9 @@ def _spread(items: Sequence[Any], k: int) -> list[Any]:
 
 
 def run_numbers(run: Run, points: int = 20) -> dict[str, Any]:
-    """Everything the report shows about one run."""
+    """Everything the report shows about one run. ``messages``: the task's message
+    ``format`` ("codes", "text", or None without a loadable scenario) and the free-form
+    message curves of each sender (:func:`messages_over_training`)."""
     team = _team(run)
     answer_agents = team.answer_agents if team is not None else ()
     summary = run.summary or {}
@@ -180,7 +251,10 @@ def run_numbers(run: Run, points: int = 20) -> dict[str, Any]:
     out["tokens"] = tokens
     out["tokens_per_episode"] = tokens["total"]["tokens"] or None
     out["usd_per_episode"] = tokens["total"]["cost_usd"] or None
-    out["emergence"] = emergence_over_training(run, points, answer_agents)
+    evaluations = sampled_evaluations(run, points)
+    out["emergence"] = emergence_over_training(evaluations, answer_agents)
+    out["messages"] = {"format": team.task.messages if team is not None else None,
+                       "agents": messages_over_training(evaluations, answer_agents)}
     return out
 
 

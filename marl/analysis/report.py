@@ -4,7 +4,9 @@ that needs no network) and a plain-text summary, from the numbers of
 
 Every run trained with oracle demonstrations, or played by the scripted oracle, is labelled
 so in each figure legend and table it appears in; so is every classic MARL baseline
-(``marl baseline``), whose agents exchange symbols and whose tokens count symbols.
+(``marl baseline``), whose agents exchange symbols and whose tokens count symbols. Runs
+whose task writes free-form text (``Task.messages == "text"``) also get a figure and a
+table of their messages (length, tokens, vocabulary, empty and cut shares).
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ from matplotlib.figure import Figure
 
 LANGUAGE = ("entropy", "mutual_information", "speaker_consistency", "topographic_similarity",
             "posdis", "bosdis")
-MAX_RUN_FIGURES = 24  # runs drawn one by one (tokens, emergence); the tables list them all
+#: Free-form message metrics: (key in each sender's series, column of the messages table).
+MESSAGES = (("mean_chars", "chars/message"), ("max_chars", "max chars"),
+            ("mean_words", "words/message"), ("tokens_per_message", "tokens/message"),
+            ("vocabulary_entropy", "vocabulary entropy (bits)"), ("empty_share", "empty"),
+            ("cut_share", "cut at max_new_tokens"))
+MAX_RUN_FIGURES = 24  # runs drawn one by one (tokens, emergence, messages); tables list all
 
 
 def label(run: dict[str, Any]) -> str:
@@ -199,6 +206,34 @@ def emergence_figure(run: dict[str, Any]) -> Figure | None:
     return fig
 
 
+def messages_figure(run: dict[str, Any]) -> Figure | None:
+    """Each sender's free-form messages over training: characters and completion tokens
+    per message, vocabulary entropy, and the shares empty and cut at ``max_new_tokens``.
+    Only for runs whose task writes text: symbol codes have the emergence figure."""
+    msgs = run["messages"]
+    if msgs["format"] != "text" or not msgs["agents"]:
+        return None
+    fig, ax = _figure(4, 1, width=3.6, height=3.0)
+    for k, (agent, s) in enumerate(msgs["agents"].items()):
+        color = f"C{k % 10}"
+        for axis, key in zip(ax[0, :3], ("mean_chars", "tokens_per_message",
+                                         "vocabulary_entropy"), strict=True):
+            axis.plot(s["iteration"], [float("nan") if v is None else v for v in s[key]],
+                      "o-", ms=3, color=color, label=agent)
+        ax[0, 3].plot(s["iteration"], s["empty_share"], "o--", ms=3, color=color,
+                      label=f"{agent} empty")
+        ax[0, 3].plot(s["iteration"], s["cut_share"], "s-", ms=3, color=color,
+                      label=f"{agent} cut")
+    for axis, title in zip(ax[0], ("characters per message", "completion tokens per message",
+                                   "vocabulary entropy (bits)", "share empty / cut"),
+                           strict=True):
+        axis.set(title=title, xlabel="iteration")
+        axis.legend(fontsize=6, loc="upper left")
+    ax[0, 3].set_ylim(-0.02, 1.02)
+    fig.suptitle(f"Messages over training: {label(run)} (greedy evaluations)")
+    return fig
+
+
 def _graph(run: dict[str, Any]) -> Any | None:
     if not run.get("edges"):
         return None
@@ -225,10 +260,11 @@ def figures(data: dict[str, Any]) -> list[tuple[str, str, Figure]]:
             out.append((f"agents-{scenario}", f"Per-agent cost vs success, {scenario}.",
                         agent_cost_figure(mine, scenario, fronts["per_agent_usd"])))
     for i, run in enumerate(runs[:MAX_RUN_FIGURES]):
-        for kind, fig in (("tokens", tokens_figure(run, _graph(run))),
-                          ("emergence", emergence_figure(run))):
+        for kind, what, fig in (("tokens", "tokens", tokens_figure(run, _graph(run))),
+                                ("emergence", "emergence", emergence_figure(run)),
+                                ("messages", "messages over training", messages_figure(run))):
             if fig is not None:
-                out.append((f"{kind}-{i:02d}", f"{label(run)}: {kind}.", fig))
+                out.append((f"{kind}-{i:02d}", f"{label(run)}: {what}.", fig))
     return out
 
 
@@ -269,6 +305,16 @@ def language_rows(data: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return header, rows
 
 
+def message_rows(data: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """The free-form message metrics of each sender at its last evaluation, for the runs
+    whose task writes text (none for symbol codes)."""
+    header = ["run", "agent", "iteration", *(name for _, name in MESSAGES)]
+    rows = [[label(r), agent, s["iteration"][-1], *(s[k][-1] for k, _ in MESSAGES)]
+            for r in data["runs"] if r["messages"]["format"] == "text"
+            for agent, s in r["messages"]["agents"].items()]
+    return header, rows
+
+
 def replay_rows(data: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     header = ["run", "iteration", "checkpoint", "causal influence (bits)", "importance",
               "tokens that bought nothing", "replay tokens", "replay USD", "replay s"]
@@ -304,6 +350,9 @@ def html_report(data: dict[str, Any], figs: list[tuple[str, str, Figure]]) -> st
         parts.append(f"<p>Pareto front of {html.escape(scenario)} (USD per episode vs "
                      f"success): {html.escape(', '.join(fronts['usd']) or 'none')}</p>")
     parts.append("<h2>Emergence (last evaluation)</h2>" + _table(*language_rows(data)))
+    header, rows = message_rows(data)
+    if rows:
+        parts.append("<h2>Messages (last evaluation)</h2>" + _table(header, rows))
     header, rows = replay_rows(data)
     if rows:
         parts.append("<h2>Interventions (replays)</h2>" + _table(header, rows))
@@ -326,7 +375,8 @@ def export_pngs(figs: list[tuple[str, str, Figure]], folder: Path) -> list[Path]
 def text_summary(data: dict[str, Any]) -> str:
     """The report's numbers as plain text for the terminal."""
     lines = []
-    for header, rows in (run_rows(data), language_rows(data), replay_rows(data)):
+    for header, rows in (run_rows(data), language_rows(data), message_rows(data),
+                         replay_rows(data)):
         if rows:
             lines.append(" | ".join(header))
             lines += [" | ".join(_fmt(c) for c in row) for row in rows]

@@ -31,7 +31,8 @@ def validate(files: list[Path] = typer.Argument(..., help="Scenario files.")) ->
         t = team.topo
         out.print(f"[green]✓[/] {f}: {team.name}: {len(t.agents)} agents, "
                   f"{team.scenario.topology.kind} topology ({len(t.edges())} edges, "
-                  f"{t.n_layers} layers per round), {team.rounds} round(s), {team.task.id}",
+                  f"{t.n_layers} layers per round), {team.rounds} round(s), {team.task.id}"
+                  + (f"; {team.task.describe()}" if team.task.describe() else ""),
                   highlight=False)
     if failed:
         err.print(f"{failed} of {len(files)} file(s) invalid.")
@@ -81,6 +82,13 @@ def cost(
     for name, e in data["per_edge"].items():
         edges.add_row(name, str(e["tokens"]), f"{e['cost_usd']:.8f}")
     out.print(edges)
+    if "range" in data:  # free-form messages
+        low, high, fixed = (data["range"][k] for k in ("min", "max", "fixed"))
+        out.print(f"free-form messages: the fixed part is {fixed['tokens_per_episode']['total']:,} "
+                  f"tokens (exact); an episode takes {low['tokens_per_episode']['total']:,} to "
+                  f"{high['tokens_per_episode']['total']:,} tokens, "
+                  f"{low['cost_usd_per_episode']:.8f} to {high['cost_usd_per_episode']:.8f} USD "
+                  "(an estimate: the tables above are the upper end)", highlight=False)
 
 
 @guarded
@@ -97,6 +105,8 @@ def run(
     cache: Path | None = typer.Option(None, help="API policies: store responses here by "
                                                  "request hash and answer repeated requests "
                                                  "from it (no HTTP, nothing paid)."),
+    split: str | None = typer.Option(None, help="The task's instance split to play "
+                                                "(default: the one evaluations play)."),
 ) -> None:
     """Play episodes; print success, reward, tokens and cost; write summary.json and
     episodes.jsonl. Stops early (exit 0) when costs.budget_usd would be exceeded."""
@@ -108,7 +118,7 @@ def run(
     target = out_dir or Path("runs") / team.name
     with progress_bar(team.name, episodes, every=max(1, episodes // 10)) as tick:
         result = run_team(team, episodes, seed=seed, policy=policy, checkpoint=checkpoint,
-                          batch_size=batch_size, cache=cache,
+                          batch_size=batch_size, cache=cache, split=split,
                           on_episode=lambda n: tick(n, f"{team.name}: {n}/{episodes} episodes"))
     summary = summarize(result, policy)
     episodes = summary["episodes"]
@@ -144,6 +154,14 @@ def _print_run_notes(summary: dict[str, Any], episodes: list[dict[str, Any]]) ->
         out.print(f"API: {calls} calls, {summary['api_retries']} retries, "
                   f"{summary['cache_hits']} answered from the cache; paid "
                   f"{summary['api_usd_spent']:.6f} USD in this run", highlight=False)
+    if summary.get("unscored_episodes"):
+        first = next(e["score_reason"] for e in episodes if "score_reason" in e)
+        out.print(f"{summary['unscored_episodes']} episode(s) scored 0 for a reason (kept as "
+                  f"score_reason in episodes.jsonl); first: {first}", highlight=False)
+    if "verify_s_total" in summary:
+        out.print(f"scoring took {summary['verify_s_total']:.2f} s "
+                  f"({1000 * summary['verify_s_per_episode']:.1f} ms per episode)",
+                  highlight=False)
     if summary["failed_episodes"]:
         first = next(e["error"] for e in episodes if e.get("error"))
         out.print(f"{summary['failed_episodes']} episode(s) failed (recorded with score 0 and "

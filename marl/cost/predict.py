@@ -5,15 +5,16 @@ them to the topology-level model in :mod:`orchestration.cost`. Completion sizes 
 task's fixed message lengths for scripted and random policies (so the prediction is exact)
 and the policy's ``max_new_tokens`` otherwise (an upper bound). For API policies it is an
 estimate: the server bills in its own tokenizer's tokens and wraps chat messages in its
-own template, neither of which is ours.
+own template, neither of which is ours. For free-form tasks (``Task.messages == "text"``)
+:func:`predict_range` gives the exact fixed part (the prompt template, with no private
+text and no message) and the range of the whole, from the shortest private texts and
+empty messages to the longest private texts and every message at ``max_new_tokens``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-import numpy as np
+from typing import Any, Literal
 
 from marl import prompts
 from marl.policies import API_BACKENDS
@@ -27,21 +28,27 @@ FIXED_LENGTH_BACKENDS = ("scripted", "random")
 
 def expected_completion(team: Team, agent: str, rnd: int, backend: str | None = None) -> int:
     """Tokens ``agent`` is expected to write in round ``rnd`` (with ``backend`` overriding
-    the scenario's)."""
-    if (backend or team.backend(agent)) in FIXED_LENGTH_BACKENDS:
+    the scenario's): a codes task's fixed length for scripted and random policies, else
+    the token limit."""
+    if ((backend or team.backend(agent)) in FIXED_LENGTH_BACKENDS
+            and team.task.messages == "codes"):
         return team.task.output_length(agent, team.is_final_call(agent, rnd))
     return team.max_new_tokens(agent)
 
 
 def predict_team(team: Team, tokenizer: Tokenizer | None = None,
                  completion: Callable[[str, int], int] | None = None,
-                 backend: str | None = None) -> CostPrediction:
+                 backend: str | None = None,
+                 private: Literal["shortest", "longest", "none"] = "longest"
+                 ) -> CostPrediction:
     """Predicted tokens and cost of one episode of ``team`` (every policy's backend replaced
-    by ``backend`` when given, as ``marl run --policy`` does)."""
+    by ``backend`` when given, as ``marl run --policy`` does), with each agent's
+    ``private`` text the shortest or the longest it can get (a codes task's have one
+    length), or none."""
     tok = tokenizer or CharTokenizer()
-    # Private texts have a fixed length per agent, so any instance gives the header sizes.
-    inst = team.task.sample(np.random.default_rng(0))
-    header = {a.id: tok.count(prompts.header(a.id, a.role, inst.private[a.id],
+    extremes = team.task.private_extremes()
+    text = {a: "" if private == "none" else extremes[a][private == "longest"] for a in team.ids}
+    header = {a.id: tok.count(prompts.header(a.id, a.role, text[a.id],
                                              prompts.one_line(a.prompt)))
               for a in team.agents}
 
@@ -58,19 +65,40 @@ def predict_team(team: Team, tokenizer: Tokenizer | None = None,
                    line=line, prices=team.prices)
 
 
+def predict_range(team: Team, tokenizer: Tokenizer | None = None,
+                  backend: str | None = None) -> dict[str, CostPrediction]:
+    """A free-form task's episode: ``fixed`` (the template alone: no private text, no
+    message), ``min`` (the shortest private texts, every message empty) and ``max`` (the
+    longest private texts, every message at the token limit)."""
+    return {"fixed": predict_team(team, tokenizer, lambda a, r: 0, backend, "none"),
+            "min": predict_team(team, tokenizer, lambda a, r: 0, backend, "shortest"),
+            "max": predict_team(team, tokenizer, None, backend, "longest")}
+
+
 def prediction_json(team: Team, pred: CostPrediction,
                     backend: str | None = None) -> dict[str, Any]:
-    """The prediction in the same keys as ``summary.json`` of ``marl run``."""
+    """The prediction in the same keys as ``summary.json`` of ``marl run`` (for a free-form
+    task ``pred`` is the upper end, and ``range`` holds the fixed part and both ends)."""
     backends = {backend or team.backend(a) for a in team.ids}
-    exact = backends <= set(FIXED_LENGTH_BACKENDS)
+    free = team.task.messages == "text"
+    exact = backends <= set(FIXED_LENGTH_BACKENDS) and not free
     api = sorted(backends & set(API_BACKENDS))
+    reasons = ([f"{' and '.join(api)} policies are billed in the server's tokens (its "
+                "tokenizer and chat template), which our character tokenizer only "
+                "approximates"] if api else [])
+    reasons += (["free-form messages: the fixed part is exact, the rest anywhere from the "
+                 "shortest private texts and empty messages to the longest private texts "
+                 "and every message at max_new_tokens (range)"] if free else [])
+    ranged = ({"range": {k: {"tokens_per_episode": p.total.as_dict(),
+                             "cost_usd_per_episode": float(p.cost)}
+                         for k, p in predict_range(team, backend=backend).items()}}
+              if free else {})
     return {
         "scenario": team.name,
         "exact": exact,
-        "kind": "exact" if exact else "estimate" if api else "upper bound",
-        **({"estimate_reason": f"{' and '.join(api)} policies are billed in the server's "
-            "tokens (its tokenizer and chat template), which our character tokenizer only "
-            "approximates"} if api else {}),
+        "kind": "exact" if exact else "estimate" if reasons else "upper bound",
+        **({"estimate_reason": "; ".join(reasons)} if reasons else {}),
+        **ranged,
         "tokens_per_episode": pred.total.as_dict(),
         "cost_usd_per_episode": float(pred.cost),
         "cost_usd_per_episode_exact": str(pred.cost),

@@ -157,6 +157,7 @@ class HFTokenizer:
     """
 
     prefix_stable = False
+    charset = None  # byte-level: any Unicode text
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, name: str | None = None):
         self.tokenizer = tokenizer

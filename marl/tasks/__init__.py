@@ -28,6 +28,7 @@ TASKS: dict[str, str] = {
     "relay_v0": "marl.tasks.relay:Relay",
     "ref_v0": "marl.tasks.ref:Ref",
     "cipher_v0": "marl.tasks.cipher:Cipher",
+    "dataset_v0": "marl.tasks.dataset:Dataset",
 }
 #: The entry-point group through which an installed package registers task ids.
 ENTRY_POINTS = "llm_marl.tasks"

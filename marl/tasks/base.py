@@ -17,12 +17,13 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from marl.errors import MarlError, Problem
+from marl.prompts import CONTINUATION
 from orchestration.hints import did_you_mean, listing
 
 
@@ -30,6 +31,16 @@ class TaskParams(BaseModel):
     """Base of every task's parameter model: strict, unknown keys rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Verdict(NamedTuple):
+    """One scored answer: the score, why it is 0 or partial when that is not a plain wrong
+    answer (a malformed row, an answer that cannot be read, a test that hung), and the
+    wall time the scoring took."""
+
+    score: float  # in [0, 1]
+    reason: str | None
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -45,22 +56,28 @@ _LINE = re.compile(r"^([A-Za-z][A-Za-z0-9_\-]*)> (.*)$")
 
 
 def inbox_messages(observation: str, agents: Sequence[str]) -> list[tuple[str, str]]:
-    """Every ``src> message`` line of a prompt, in order, from known agents only.
+    """Every ``src> message`` line of a prompt, in order, from known agents only, with the
+    continuation lines of a multi-line message joined back.
 
     Lines before the first round marker (header and scenario prompt) are skipped.
 
-    >>> inbox_messages("you are b (x). v\\n[round 1]\\na> 12\\nb>", ["a", "b"])
-    [('a', '12')]
+    >>> inbox_messages("you are b (x). v\\n[round 1]\\na> 12\\n  34\\nb>", ["a", "b"])
+    [('a', '12\\n34')]
     """
     known = set(agents)
-    out = []
-    started = False
+    out: list[tuple[str, str]] = []
+    started = following = False  # following: the previous line belongs to a message read
     for line in observation.split("\n"):
         if line.startswith("[round "):
-            started = True
+            started, following = True, False
+            continue
+        if following and line.startswith(CONTINUATION):
+            src, text = out[-1]
+            out[-1] = (src, f"{text}\n{line[len(CONTINUATION):]}")
             continue
         m = _LINE.match(line) if started else None
-        if m and m.group(1) in known:
+        following = bool(m and m.group(1) in known)
+        if following:
             out.append((m.group(1), m.group(2)))
     return out
 
@@ -99,9 +116,19 @@ def is_index(message: str, count: int) -> bool:
 
 
 def private_text(observation: str) -> str:
-    """The private information on an observation's first line (after ``). ``)."""
-    first = observation.split("\n", 1)[0]
-    return first.split("). ", 1)[1] if "). " in first else ""
+    """The private information on an observation's first line (after ``). ``), with its
+    continuation lines.
+
+    >>> private_text("you are a (x). two\\n  lines\\n[round 1]")
+    'two\\nlines'
+    """
+    first, *rest = observation.split("\n")
+    text = first.split("). ", 1)[1] if "). " in first else ""
+    for line in rest:
+        if not line.startswith(CONTINUATION):
+            break
+        text += "\n" + line[len(CONTINUATION):]
+    return text
 
 
 class Task(ABC):
@@ -119,7 +146,8 @@ class Task(ABC):
 
     #: The optional hooks :meth:`provides` reports on.
     OPTIONAL: ClassVar[tuple[str, ...]] = ("oracle", "random_message", "valid_message",
-                                          "message_length", "answer_length")
+                                          "message_length", "answer_length",
+                                          "private_extremes")
 
     @classmethod
     def provides(cls, hook: str) -> bool:
@@ -128,11 +156,18 @@ class Task(ABC):
         return getattr(cls, hook) is not getattr(Task, hook)
 
     def __init__(self, params: TaskParams, agents: Sequence[str], answer_agents: Sequence[str],
-                 sides: dict[str, Sequence[str]] | None = None):
+                 sides: dict[str, Sequence[str]] | None = None,
+                 roles: dict[str, str] | None = None):
         self.params = params
         self.agents = tuple(agents)
         self.answer_agents = tuple(answer_agents)
         self.sides = {k: tuple(v) for k, v in (sides or {"team": agents}).items()}
+        self.roles = {a: (roles or {}).get(a, "agent") for a in self.agents}
+
+    def describe(self) -> str:
+        """Optional: one line about this task's instance (its data), which ``marl
+        validate`` prints; default: nothing."""
+        return ""
 
     def check(self) -> list[Problem]:
         """Cross-field problems of this task with this team (paths start at ``task``)."""
@@ -179,6 +214,16 @@ class Task(ABC):
         """Required with ``messages = "codes"``: characters of an answer."""
         raise MarlError(f"{self.id} has no fixed answer length: its messages are "
                         f"{self.messages!r}.")
+
+    def private_extremes(self) -> dict[str, tuple[str, str]]:
+        """The shortest and the longest private text of each agent, which bound the cost
+        model's range and the observation spaces. Default: one instance's (codes tasks
+        give every agent a private text of fixed length); for free-form tasks the extremes
+        of 256 sampled instances: a task whose private texts vary should give exact ones."""
+        rng = np.random.default_rng(0)
+        samples = [self.sample(rng) for _ in range(1 if self.messages == "codes" else 256)]
+        return {a: (min((s.private[a] for s in samples), key=len),
+                    max((s.private[a] for s in samples), key=len)) for a in self.agents}
 
     def oracle(self, agent: str, observation: str, final: bool) -> str:
         """Optional: the scripted policy, acting from the observation text alone (backend
@@ -230,6 +275,9 @@ class Task(ABC):
     #: Named instance distributions: ``train`` (what training samples) and, for tasks that
     #: study generalisation, held-out ones that evaluation reports separately.
     splits: ClassVar[tuple[str, ...]] = ("train",)
+    #: The split ``eval_success_rate`` is measured on (and ``marl run`` plays): new
+    #: instances of ``train`` for generated tasks, a split of its own for a dataset.
+    eval_split: ClassVar[str] = "train"
 
     def draw(self, rng: np.random.Generator, split: str = "train") -> Instance:
         """An instance of ``split`` (tasks with held-out splits override this)."""
@@ -250,6 +298,11 @@ class Task(ABC):
     def score(self, instance: Instance, answer: str) -> float:
         """1.0 for the correct answer, else 0.0 (surrounding spaces ignored)."""
         return float(answer.strip() == instance.answer)
+
+    def verdict(self, instance: Instance, answer: str) -> Verdict:
+        """The score of a cooperative team's answer with its reason and time (episode
+        records keep the reason); default: :meth:`score`, with neither."""
+        return Verdict(self.score(instance, answer), None, 0.0)
 
     def score_sides(self, instance: Instance, answers: dict[str, str]) -> dict[str, float]:
         """Each side's score from each side's answer; a cooperative task has one side."""

@@ -64,8 +64,8 @@ class Ref(Task):
     Params = RefParams
     params: RefParams
 
-    def __init__(self, params: RefParams, agents, answer_agents, sides=None):
-        super().__init__(params, agents, answer_agents, sides)
+    def __init__(self, params: RefParams, agents, answer_agents, sides=None, roles=None):
+        super().__init__(params, agents, answer_agents, sides, roles)
         p = params
         objects = list(itertools.product(range(p.values), repeat=p.attributes))
         held = _holdout(objects, round(p.holdout * len(objects)), p.values, p.holdout_seed)

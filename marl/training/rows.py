@@ -23,13 +23,15 @@ def evaluation(team: Team, policies: dict, cfg: TrainConfig, sampled: bool = Fal
     row: dict[str, Any] = {}
     records: list[dict] = []
     seed = seeds.derive_seed(cfg.seed, seeds.EVAL)
-    for split in team.task.splits:
+    task = team.task
+    for split in [task.eval_split, *(s for s in task.splits if s not in ("train",
+                                                                         task.eval_split))]:
         batch = collect(team, policies, cfg.eval_episodes, 1, seed=seed, greedy=True,
                         split=split)
         records += batch.records
-        key = "eval" if split == "train" else f"eval_{split}"
+        key = "eval" if split == task.eval_split else f"eval_{split}"
         row[f"{key}_success_rate"] = float(batch.success.float().mean())
-        if split == "train":
+        if split == task.eval_split:
             row.update(batch.side_figures("eval_"))
             row.update(eval_reward_mean=float(batch.reward.mean()),
                        eval_format_valid_rate=batch.per_agent_rate(batch.valid),
@@ -37,7 +39,7 @@ def evaluation(team: Team, policies: dict, cfg: TrainConfig, sampled: bool = Fal
             if habits is not None:
                 row["habit_agreement"] = habit_agreement(team, batch, habits)
     if sampled:
-        batch = collect(team, policies, cfg.eval_episodes, 1, seed=seed)
+        batch = collect(team, policies, cfg.eval_episodes, 1, seed=seed, split=task.eval_split)
         row.update(success_rate=float(batch.success.float().mean()),
                    format_valid_rate=batch.per_agent_rate(batch.valid),
                    **batch.oracle_figures("oracle_agreement"))
@@ -55,6 +57,7 @@ def iteration_figures(batch: EpisodeBatch, stats: dict, seconds: float) -> dict[
             "score_mean": float(batch.score.mean()),
             "format_valid_rate": batch.per_agent_rate(batch.valid),
             **batch.oracle_figures("oracle_agreement"),
+            **batch.scoring_figures(),
             "tokens_per_episode": float(tokens.sum()) / n,
             "completion_tokens_per_episode": float(batch.ledger["completion"].sum()) / n,
             "cost_per_episode": float(Ledger(batch.rows).cost()) / n,

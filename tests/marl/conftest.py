@@ -2,9 +2,13 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+#: The scenarios of tasks whose messages are symbol codes (what classic baselines play).
+CODE_SCENARIOS = [p for p in SCENARIOS
+                  if yaml.safe_load(p.read_text())["task"]["name"] != "dataset_v0"]
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ def test_enough_scenarios_ship():
                      "random", "custom"}
     tasks = {load_team(p).task.id for p in SCENARIOS}
     assert tasks == {"signal_v0", "lewis_v0", "gather_v1", "vote_v0", "relay_v0", "ref_v0",
-                     "cipher_v0"}
+                     "cipher_v0", "dataset_v0"}
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)

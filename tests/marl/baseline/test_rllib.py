@@ -14,7 +14,7 @@ from marl.baseline.rllib import TurnTakingEnv, algorithm_config, greedy_episodes
 from marl.cli import app
 from marl.io import read_jsonl
 from marl.team import load_team
-from tests.marl.conftest import ROOT
+from tests.marl.conftest import CODE_SCENARIOS, ROOT
 
 SIGNAL = ROOT / "scenarios" / "signal.yaml"
 SMALL = ["batch_steps=64", "minibatch_size=32", "epochs=2", "eval_every=1",
@@ -25,8 +25,7 @@ def _env(path: Path) -> TurnTakingEnv:
     return TurnTakingEnv({"scenario": load_team(path).to_yaml(), "seed": 0})
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")),
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", CODE_SCENARIOS, ids=lambda p: p.stem)
 def test_every_scenario_passes_rllibs_env_check(path: Path):
     from ray.rllib.utils.pre_checks.env import check_multiagent_environments
 

@@ -11,7 +11,7 @@ from pettingzoo.test import parallel_api_test
 from marl.baseline.symbols import SymbolEnv, one_hot
 from marl.errors import MarlError
 from marl.team import load_team
-from tests.marl.conftest import ROOT, SCENARIOS
+from tests.marl.conftest import CODE_SCENARIOS, ROOT
 
 
 def _team(path: Path):
@@ -29,7 +29,7 @@ def _play(env: SymbolEnv, seed: int, choose) -> tuple[list, dict]:
     return seen, rewards
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", CODE_SCENARIOS, ids=lambda p: p.stem)
 def test_every_scenario_passes_the_parallel_api_test(path: Path):
     env = SymbolEnv(_team(path))
     with warnings.catch_warnings():
@@ -40,7 +40,7 @@ def test_every_scenario_passes_the_parallel_api_test(path: Path):
         assert all(n >= 2 for n in env.action_space(a).nvec)
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", CODE_SCENARIOS, ids=lambda p: p.stem)
 def test_observations_are_in_their_space_and_deterministic(path: Path):
     team = _team(path)
 
@@ -61,7 +61,7 @@ def test_observations_are_in_their_space_and_deterministic(path: Path):
             assert first.observation_space(a).contains(obs_a[a])
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", CODE_SCENARIOS, ids=lambda p: p.stem)
 def test_random_messages_are_spelled_in_the_declared_alphabets(path: Path):
     team = _team(path)
     task, rng = team.task, np.random.default_rng(0)
@@ -179,3 +179,8 @@ def test_agents_of_one_policy_must_send_the_same_format():
 def test_one_hot_leaves_unknown_characters_empty():
     assert one_hot("a?", ("ab", "ab")).tolist() == [1, 0, 0, 0]
     assert one_hot("", ("xyz",)).tolist() == [0, 0, 0]
+
+
+def test_a_free_form_task_has_no_symbol_game():
+    with pytest.raises(MarlError, match="does not say which finite alphabet"):
+        SymbolEnv(load_team(ROOT / "scenarios" / "arith_chain.yaml"))

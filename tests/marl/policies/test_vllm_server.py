@@ -115,6 +115,31 @@ def test_the_ledger_holds_what_the_server_billed(server, tmp_path, api):
     assert billed_out > 0 and summary["cost_usd_per_episode"] > 0
 
 
+@pytest.mark.parametrize("name", ["arith_chain", "arith_star", "code_chain", "code_debate"])
+def test_a_dataset_team_on_the_server_is_billed_what_the_ledger_holds(server, tmp_path, name):
+    """The shipped dataset scenarios (free-form messages, verifiers) played by an API team:
+    every episode scored, the ledger equal to the server's counters."""
+    data = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
+    for spec in data["policies"].values():
+        spec.update(backend="openai", model="tiny", base_url=f"{server}/v1",
+                    max_new_tokens=24, max_concurrency=4)
+    scenario = tmp_path / f"{name}_api.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    before = _counters(server)
+    res = CliRunner().invoke(app, ["run", str(scenario), "--episodes", "4", "--out",
+                                   str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    after = _counters(server)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["failed_episodes"] == 0 and summary["split"] == "eval"
+    assert summary["verify_s_total"] > 0
+    tokens = summary["tokens_per_episode"]
+    assert tokens["prompt"] * 4 == pytest.approx(
+        after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"])
+    assert tokens["completion"] * 4 == pytest.approx(
+        after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"])
+
+
 class _FaultProxy:
     """Forwards requests to ``upstream`` but answers every third one (n % 3 == 1) with 429
     and ``Retry-After: 0`` instead: a rate-limited real server."""

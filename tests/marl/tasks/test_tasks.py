@@ -14,7 +14,7 @@ from marl.rollout import collect
 from marl.runner import run
 from marl.tasks import TASKS, task_class
 from marl.team import load_team
-from tests.marl.conftest import ROOT, SCENARIOS
+from tests.marl.conftest import CODE_SCENARIOS, ROOT, SCENARIOS
 
 
 @pytest.mark.parametrize("name", ["signal", "signal_pick", "signal_star", "gather_star",
@@ -67,7 +67,7 @@ def test_gather_answers_the_sum_or_the_sum_modulo_values(task_id, answer):
     assert instance.answer == (f"{total:02d}" if task_id == "gather_v1" else str(total % 10))
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", CODE_SCENARIOS, ids=lambda p: p.stem)
 def test_private_texts_have_fixed_length(path):
     task = load_team(path).task
     lengths = {tuple(len(t) for t in task.sample(np.random.default_rng(s)).private.values())
@@ -131,8 +131,10 @@ def test_lewis_speaker_problems_name_the_field(speaker, fragments):
         assert fragment in str(err.value)
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
-@pytest.mark.parametrize("policy", ["scripted", "random"])
+@pytest.mark.parametrize(("path", "policy"),
+                         [*((p, "scripted") for p in CODE_SCENARIOS),
+                          *((p, "random") for p in SCENARIOS)],
+                         ids=lambda x: getattr(x, "stem", x))
 def test_oracle_and_random_messages_are_valid(path, policy):
     result = run(load_team(path), 12, seed=3, policy=policy)
     calls = [m for e in result.episodes for m in e["transcript"]]
@@ -142,8 +144,9 @@ def test_oracle_and_random_messages_are_valid(path, policy):
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_episode_records_carry_the_instance(path):
-    episode = run(load_team(path), 1, seed=0, policy="random").episodes[0]
-    assert episode["split"] == "train" and episode["instance"]
+    team = load_team(path)
+    episode = run(team, 1, seed=0, policy="random").episodes[0]
+    assert episode["split"] == team.task.eval_split and episode["instance"]
     json.dumps(episode["instance"])  # plain data, for analyses that never parse prompts
 
 
