@@ -13,6 +13,8 @@ then MAGRPO with no oracle term):
     python benchmarks/train.py gather            # gather_star, best eval within 20 min
                                                  # (--demo-episodes 64: with the oracle's
                                                  # demonstrations, labelled as such)
+    python benchmarks/train.py arith             # arith_star (a dataset of word problems,
+                                                 # free-form messages): best eval in 10 min
     python benchmarks/train.py stability         # does a solved team stay solved? per seed
                                                  # (--seeds), --iterations (1200) on signal
                                                  # (--scenario), with --set key=value and
@@ -134,8 +136,8 @@ def target_run(scenario: str | dict, target: float, budget: float, out: Path,
              f"not reached within {budget:.0f} s")
           + (f"; held-out success at that iteration {at_best(rows, best):.3f} (highest "
              f"{max(held):.3f})" if held else "")
-          + (f"; final eval oracle agreement {rows[-1]['eval_oracle_agreement']}" if rows
-             else ""))
+          + (f"; final eval oracle agreement {rows[-1]['eval_oracle_agreement']}"
+             if rows and "eval_oracle_agreement" in rows[-1] else ""))
     return trainer
 
 
@@ -196,6 +198,7 @@ TARGET_RUNS: dict[str, tuple[Callable[[], str | dict], float, float, dict]] = {
     "ref": (lambda: "ref.yaml", 0.9, 1200, {}),
     "relay": (lambda: "relay_chain.yaml", 0.8, 1200, relay_settings()),
     "gather": (lambda: "gather_star.yaml", 0.9, 1200, {}),
+    "arith": (lambda: "arith_star.yaml", 0.9, 600, {}),
 }
 
 
@@ -343,7 +346,8 @@ def compare(out: Path, budget: float, scenario: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("which", choices=["signal", "lewis8", "ref", "relay", "gather",
-                                          "stability", "throughput", "penalty", "compare"])
+                                          "arith", "stability", "throughput", "penalty",
+                                          "compare"])
     parser.add_argument("--seeds", default=None,
                         help="comma-separated seeds, one run each (signal and stability: "
                              "0,1,2; the others: 0)")

@@ -10,11 +10,13 @@ from marl.runner import run
 from marl.team import load_team
 from marl.testing import check_prediction
 from orchestration.cost import TokenCounts, TokenPrice
-from tests.marl.conftest import ROOT, SCENARIOS
+from tests.marl.conftest import CODE_SCENARIOS, ROOT, SCENARIOS
 
 
-@pytest.mark.parametrize("policy", ["scripted", "random"])
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(("path", "policy"),
+                         [*((p, "scripted") for p in CODE_SCENARIOS),
+                          *((p, "random") for p in SCENARIOS)],
+                         ids=lambda x: getattr(x, "stem", x))
 def test_measured_tokens_equal_prediction(path: Path, policy: str):
     check_prediction(load_team(path), policy, episodes=3, seed=5)
 
