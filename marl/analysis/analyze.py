@@ -121,16 +121,16 @@ def _team(run: Run) -> Any | None:
 Evaluations = list[tuple[int, list[dict[str, Any]]]]  # (iteration, its episode records)
 
 
-def sampled_evaluations(run: Run, points: int) -> Evaluations:
-    """The ``train`` split's episodes of up to ``points`` evaluations spread over the run
-    (the last one always included; an evaluation run's episodes are iteration 0),
-    leaving out evaluations without any."""
+def sampled_evaluations(run: Run, points: int, split: str = "train") -> Evaluations:
+    """The episodes of ``split`` (the task's evaluation split) of up to ``points``
+    evaluations spread over the run (the last one always included; an evaluation run's
+    episodes are iteration 0), leaving out evaluations without any."""
     chosen = [(0, run.episodes_file)] if run.kind == "eval" else _spread(run.evals, points)
     out = []
     for iteration, path in chosen:
         if path is None:
             continue
-        records = [r for r in read_jsonl(path, run.notes) if r.get("split", "train") == "train"]
+        records = [r for r in read_jsonl(path, run.notes) if r.get("split", "train") == split]
         if records:
             out.append((iteration, records))
     return out
@@ -251,7 +251,8 @@ def run_numbers(run: Run, points: int = 20) -> dict[str, Any]:
     out["tokens"] = tokens
     out["tokens_per_episode"] = tokens["total"]["tokens"] or None
     out["usd_per_episode"] = tokens["total"]["cost_usd"] or None
-    evaluations = sampled_evaluations(run, points)
+    evaluations = sampled_evaluations(run, points,
+                                      team.task.eval_split if team is not None else "train")
     out["emergence"] = emergence_over_training(evaluations, answer_agents)
     out["messages"] = {"format": team.task.messages if team is not None else None,
                        "agents": messages_over_training(evaluations, answer_agents)}

@@ -247,3 +247,9 @@ def test_training_on_a_dataset_scenario_logs_reward_scoring_and_records(tmp_path
         assert e["reward"] == e["score"] and (e["score"] == 0) >= ("score_reason" in e)
         assert sum(r["completion_tokens"] + r["prompt_tokens"] for r in e["ledger"]) == e[
             "tokens"]
+    from marl.analysis.analyze import analyze
+
+    data = analyze([tmp_path / "t"], points=3)
+    messages = data["runs"][0]["messages"]
+    assert messages["format"] == "text" and set(messages["agents"]) == {"w1", "w2"}
+    assert messages["agents"]["w1"]["iteration"][-1] == 4
