@@ -225,6 +225,7 @@ def run_numbers(run: Run, points: int = 20) -> dict[str, Any]:
     message curves of each sender (:func:`messages_over_training`)."""
     team = _team(run)
     answer_agents = team.answer_agents if team is not None else ()
+    split = team.task.eval_split if team is not None else "train"  # what evaluations play
     summary = run.summary or {}
     out: dict[str, Any] = {
         "label": run.label, "path": str(run.path), "kind": run.kind, "group": run.group,
@@ -246,13 +247,12 @@ def run_numbers(run: Run, points: int = 20) -> dict[str, Any]:
         out["uses_oracle"] = "scripted" in str(summary.get("policy"))
     episodes = run.episodes_file
     records = read_jsonl(episodes, run.notes) if episodes is not None else []
-    records = [r for r in records if r.get("split", "train") == "train"]
+    records = [r for r in records if r.get("split", "train") == split]
     tokens = token_breakdown(r.get("ledger", []) for r in records)
     out["tokens"] = tokens
     out["tokens_per_episode"] = tokens["total"]["tokens"] or None
     out["usd_per_episode"] = tokens["total"]["cost_usd"] or None
-    evaluations = sampled_evaluations(run, points,
-                                      team.task.eval_split if team is not None else "train")
+    evaluations = sampled_evaluations(run, points, split)
     out["emergence"] = emergence_over_training(evaluations, answer_agents)
     out["messages"] = {"format": team.task.messages if team is not None else None,
                        "agents": messages_over_training(evaluations, answer_agents)}

@@ -95,6 +95,8 @@ def cost_figure(runs: Sequence[dict[str, Any]], scenario: str,
                                             ("tokens_per_episode", fronts["tokens"],
                                              "tokens"))):
         for r in runs:
+            if r[key] is None or r["success"] is None:  # nothing played yet: no point
+                continue
             ax[0, j].scatter(r[key], r["success"], s=18)
             ax[0, j].annotate(label(r), (r[key], r["success"]), fontsize=6,
                               xytext=(3, 3), textcoords="offset points")

@@ -1,5 +1,6 @@
 """``marl analyze``: reading runs (damaged ones too), the numbers, the replays, the report."""
 
+import io
 import json
 import subprocess
 import sys
@@ -228,3 +229,16 @@ def test_influence_is_the_code_entropy_for_a_reading_listener_and_0_for_a_deaf_o
     assert found["importance"]["listener"] == 1.0
     assert 0.5 < found["importance"]["speaker"] < 1.0
     assert 0.0 < found["wasted_share"] < 0.5
+
+
+def test_a_run_with_nothing_played_yet_has_no_point_in_the_cost_figure():
+    from marl.analysis.report import cost_figure
+
+    base = {"kind": "train", "uses_oracle": False, "tokens_are": "tokens"}
+    runs = [{**base, "label": "live", "usd_per_episode": None, "tokens_per_episode": None,
+             "success": None},
+            {**base, "label": "done", "usd_per_episode": 0.1, "tokens_per_episode": 10.0,
+             "success": 1.0}]
+    fig = cost_figure(runs, "s", {"usd": ["done"], "tokens": ["done"]})
+    fig.savefig(io.BytesIO(), format="png")
+    assert [len(ax.collections) for ax in fig.axes] == [1, 1]

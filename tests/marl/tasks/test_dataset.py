@@ -253,3 +253,7 @@ def test_training_on_a_dataset_scenario_logs_reward_scoring_and_records(tmp_path
     messages = data["runs"][0]["messages"]
     assert messages["format"] == "text" and set(messages["agents"]) == {"w1", "w2"}
     assert messages["agents"]["w1"]["iteration"][-1] == 4
+    from marl.analysis.report import figures, html_report
+
+    assert data["runs"][0]["tokens_per_episode"] > 0  # from the eval split's episodes
+    assert "t: messages over training." in html_report(data, figures(data))
