@@ -38,8 +38,9 @@ def scenario(model: Path, backend: str, out: Path) -> Path:
 
 
 def train(path: Path, out: Path, iterations: int) -> tuple[list[tuple[int, float, float]], float]:
+    # The Llama is built here with random weights, not pretrained: it needs the warm-up.
     cfg = TrainConfig(iterations=iterations, eval_every=20, checkpoint_every=10**6,
-                      keep_checkpoints=1)
+                      keep_checkpoints=1, warmup_pretrained=True)
     Trainer(load_team(path), cfg, out, log=lambda msg: None).train()
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     rl = [r for r in rows if r["phase"] == "rl"]

@@ -125,6 +125,9 @@ class TrainConfig(BaseModel):
         0.75, gt=0, le=1, description="habits, ciphers: probability that an agent says its "
         "habit in the warm-up's episodes (else a fresh random message).")
     warmup_steps: int = Field(200, ge=0, description="Optimizer steps of the warm-up.")
+    warmup_pretrained: bool = Field(
+        False, description="Also warm up hf and vllm policies (pretrained models already "
+        "write well-formed text; by default only tiny models, trained from scratch, do).")
     promotion_warmup: int = Field(
         0, ge=0, description="curriculum with ciphers: on promotion, at most this many "
         "supervised steps per policy teaching each agent its own learnt code on the next "

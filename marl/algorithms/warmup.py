@@ -179,13 +179,30 @@ def team_codes(team: Team, batch: EpisodeBatch) -> dict[str, dict[str, str]]:
             for key, by in counts.items()}
 
 
+#: Backends whose models are pretrained: the format warm-up skips them by default.
+PRETRAINED = ("hf", "vllm")
+
+
+def warming(team: Team, cfg: TrainConfig) -> list[str]:
+    """The policies the format warm-up trains: every model policy trained from scratch
+    (``tiny``), and the pretrained ones (``hf``, ``vllm``) only with ``warmup_pretrained``
+    (a pretrained model already writes well-formed text, which the warm-up would replace
+    with the random policy's). None without a warm-up."""
+    if not cfg.warmup:
+        return []
+    specs = team.scenario.policies.items()
+    return [name for name, spec in specs
+            if spec.backend == "tiny" or (spec.backend in PRETRAINED and cfg.warmup_pretrained)]
+
+
 def check_prior(teams: Sequence[Team], cfg: TrainConfig) -> None:
     """Before training: what the warm-up and the SFT term play must exist for the task. The
     random warm-up needs the task's random policy, oracle demonstrations its oracle, and
     the ``ciphers`` prior a task that lines its messages up with what an agent read
     (:meth:`Task.read_symbols`) over a finite alphabet."""
-    needs = {"random_message": cfg.warmup and cfg.warmup_source == "random",
-             "oracle": (cfg.warmup and cfg.warmup_source == "oracle") or cfg.sft_coef > 0}
+    warm = bool(warming(teams[0], cfg))
+    needs = {"random_message": warm and cfg.warmup_source == "random",
+             "oracle": (warm and cfg.warmup_source == "oracle") or cfg.sft_coef > 0}
     for team in teams:
         task = team.task
         if needs["random_message"] and not task.provides("random_message"):

@@ -37,8 +37,14 @@ def train(
     episodes = cfg.episodes_per_iter * cfg.group_size
     calls = len(team.ids) * team.rounds
     tokens = predict_team(team).total.total
-    warmup = (f"{cfg.warmup} warm-up steps on the {cfg.warmup_source} policy's messages, then "
-              if cfg.warmup else "")
+    warming = [t.name for t in trainer.warming]
+    warmup = (f"{trainer.warmup_steps} warm-up steps of {', '.join(warming)} on the "
+              f"{cfg.warmup_source} policy's messages, then " if warming else "")
+    pretrained = [t.name for t in trainer.learner.trainables if t.name not in warming]
+    if cfg.warmup and pretrained:
+        out.print(f"no format warm-up for {', '.join(pretrained)}: pretrained (hf, vllm) "
+                  "models already write well-formed text (warmup_pretrained: true warms "
+                  "them up too)", highlight=False)
     out.print(f"{team.name}: {warmup}{cfg.algorithm}, {len(trainer.learner.trainables)} "
               f"trainable policies; {episodes} episodes ({cfg.episodes_per_iter} instances × "
               f"{cfg.group_size}) and {episodes * calls} completions per iteration, at most "
@@ -52,7 +58,7 @@ def train(
         used += ["the oracle's messages in the warm-up"] if cfg.warmup_source == "oracle" else []
         out.print(f"uses the task oracle ({'; '.join(used)}): what this run learns is "
                   "imitation, not discovery (summary.json: uses_oracle true)", highlight=False)
-    total = cfg.warmup + cfg.iterations
+    total = trainer.warmup_steps + cfg.iterations
     with progress_bar("train", total, trainer.step_count, transient=False) as tick:
         try:
             summary = trainer.train(progress=lambda row: tick(row["step"], _row_text(row)))

@@ -101,6 +101,10 @@ class Trainer:
             # Same seed and thread count, same run: torch's default kernels let two-thread
             # runs drift apart in the last bits (docs/results.md, "Reproducibility").
             torch.use_deterministic_algorithms(True, warn_only=True)
+        # the policies the format warm-up trains, and its steps (none: no warm-up at all)
+        names = warmup.warming(team, cfg)
+        self.warming = [t for t in self.learner.trainables if t.name in names]
+        self.warmup_steps = cfg.warmup if self.warming else 0
         self.warmed = 0  # warm-up steps done
         self.habits = warmup.Habits(cfg.seed, ciphers=cfg.warmup_prior == "ciphers")
         self.iteration = 0  # RL iterations done
@@ -133,7 +137,7 @@ class Trainer:
 
     @property
     def phase(self) -> str:
-        return "warmup" if self.warmed < self.cfg.warmup else "rl"
+        return "warmup" if self.warmed < self.warmup_steps else "rl"
 
     # -- checkpoints -------------------------------------------------------------------
     def save(self, path: Path) -> Path:
@@ -292,7 +296,7 @@ class Trainer:
 
     def _where(self) -> str:
         if self.phase == "warmup":
-            return f"warm-up step {self.warmed} of {self.cfg.warmup}"
+            return f"warm-up step {self.warmed} of {self.warmup_steps}"
         return f"iteration {self.iteration}"
 
     # -- the loop ------------------------------------------------------------------------
@@ -314,8 +318,7 @@ class Trainer:
 
     def _warmup_step(self) -> dict[str, Any]:
         cfg = self.cfg
-        stats, _ = warmup.warmup_step(self.learner.trainables, self.teams, cfg,
-                                      self.warmed, self.habits)
+        stats, _ = warmup.warmup_step(self.warming, self.teams, cfg, self.warmed, self.habits)
         self.warmed += 1
         played = warmup.warmup_stage(self.warmed - 1, len(self.teams), cfg.warmup)
         row = {"phase": "warmup", "step": self.step_count, "iteration": 0,
@@ -323,7 +326,7 @@ class Trainer:
                "sft_loss": stats["sft_loss"], "grad_norm": stats["grad_norm"],
                "skipped_updates": stats["skipped"]}
         self._guard(stats)
-        done = self.warmed == cfg.warmup
+        done = self.warmed == self.warmup_steps
         if self.warmed % cfg.eval_every == 0 or done:
             with_habits = cfg.warmup_source == "random" and cfg.warmup_prior != "uniform"
             evaluated, records = self.evaluate(sampled=True,
