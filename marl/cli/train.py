@@ -38,8 +38,8 @@ def train(
     calls = len(team.ids) * team.rounds
     tokens = predict_team(team).total.total
     warming = [t.name for t in trainer.warming]
-    warmup = (f"{trainer.warmup_steps} warm-up steps of {', '.join(warming)} on the "
-              f"{cfg.warmup_source} policy's messages, then " if warming else "")
+    warmup = (f"{trainer.warmup_steps} warm-up steps on the {cfg.warmup_source} policy's "
+              f"messages ({', '.join(warming)}), then " if warming else "")
     pretrained = [t.name for t in trainer.learner.trainables if t.name not in warming]
     if cfg.warmup and pretrained:
         out.print(f"no format warm-up for {', '.join(pretrained)}: pretrained (hf, vllm) "

@@ -57,7 +57,7 @@ def test_the_warm_up_of_a_pretrained_team_is_asked_for_and_undoes_its_play(playe
     res = CliRunner().invoke(app, ["train", str(player), "--out", str(tmp_path / "t"), *SMALL,
                                    "--set", "warmup_pretrained=true", "--set", "warmup_steps=20"])
     assert res.exit_code == 0, res.output
-    assert "20 warm-up steps of listener, speaker" in res.output
+    assert "20 warm-up steps on the random policy's messages (listener, speaker)" in res.output
     warm = [e for e in evaluations(tmp_path / "t") if e[0] == "warmup"]
     assert [step for _, step, _ in warm] == [10, 20] and warm[-1][2] < 0.5
 
@@ -70,7 +70,7 @@ def test_only_the_models_trained_from_scratch_warm_up_in_a_mixed_team(player, tm
     res = CliRunner().invoke(app, ["train", str(path), "--out", str(tmp_path / "t"), *SMALL,
                                    "--set", "warmup_steps=4"])
     assert res.exit_code == 0, res.output
-    assert "4 warm-up steps of speaker" in res.output
+    assert "4 warm-up steps on the random policy's messages (speaker)" in res.output
     assert "no format warm-up for listener" in res.output
     from safetensors.torch import load_file
 
