@@ -94,7 +94,8 @@ def _spaces(team: Team, chars: tuple[int, ...],
     width = dict(zip(team.ids, chars, strict=True))
     kind = {a: UnicodeText if u else Text for a, u in zip(team.ids, unicode, strict=True)}
     bound = predict_team(team, CharTokenizer(),
-                         completion=lambda a, r: team.max_new_tokens(a) * width[a])
+                         completion=lambda a, r: team.max_new_tokens(a) * width[a],
+                         model_input=False)
     longest = dict.fromkeys(team.ids, 0)
     for (a, _), c in bound.per_call.items():
         longest[a] = max(longest[a], c.prompt)

@@ -27,6 +27,7 @@ from marl.errors import MarlError
 from marl.policies import Completion, Policy, Request
 from marl.seeds import derive_seed, instance_seed
 from marl.team import Team
+from marl.tokenizer import common_prefix
 
 _SKIPPED = Completion("")
 
@@ -187,6 +188,7 @@ def collect(team: Team, policies: Mapping[str, Policy], episodes: int, group_siz
     infos = [s[1] for s in steps]
     calls: dict[tuple[int, str, int], Completion] = {}
     seen: dict[tuple[int, str, int], str] = {}
+    read: dict[tuple[int, str], tuple[int, ...]] = {}  # (episode, agent): ids of its last call
     with _rollout_scope(team, policies):
         while envs[0].agents:
             rnd, acting = envs[0].round, envs[0].scheduled
@@ -208,6 +210,9 @@ def collect(team: Team, policies: Mapping[str, Policy], episodes: int, group_siz
                     actions[b][a] = c.text
                     if c.usage is not None:
                         usage[b][a] = c.usage
+                    elif c.prompt_ids is not None and c.token_ids is not None:
+                        usage[b][a] = model_usage(c, read.get((b, a), ()))
+                        read[(b, a)] = c.prompt_ids + c.token_ids
                     if c.error is not None:
                         errors[b][a] = f"policy {names[key]!r}: {c.error}"
                     calls[(b, a, rnd)] = c
@@ -217,6 +222,15 @@ def collect(team: Team, policies: Mapping[str, Policy], episodes: int, group_siz
                 obs[b], _, _, _, infos[b] = env.step(actions[b], usage=usage[b],
                                                      errors=errors[b])
     return _assemble(team, envs, calls, seen, group_size)
+
+
+def model_usage(c: Completion, before: tuple[int, ...]) -> Usage:
+    """What a model policy's call read and wrote, in the model's own ids: the whole input
+    (special tokens and chat template included), the prefix it shares with the agent's
+    previous call (that call's input and output: what a KV cache or a provider's prompt
+    cache reuses), and every generated id (a stop or end-of-sequence token included)."""
+    return Usage(prompt_tokens=len(c.prompt_ids), completion_tokens=len(c.token_ids),
+                 cached_tokens=common_prefix(list(before), list(c.prompt_ids)))
 
 
 @contextmanager

@@ -20,10 +20,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Usage:
-    """What a server billed for one call (OpenAI's ``usage`` object): prompt tokens, the
-    part of them read from its prompt cache (``prompt_tokens_details.cached_tokens``) and
-    completion tokens. A ledger row of a call that reports usage takes these numbers
-    instead of counting with the agent's tokenizer, so its cost is what was billed."""
+    """What one call read and wrote: for an API call, what the server billed (OpenAI's
+    ``usage`` object: prompt tokens, the part of them read from its prompt cache,
+    ``prompt_tokens_details.cached_tokens``, and completion tokens); for a model policy,
+    its model's own input and generated ids (:func:`marl.rollout.model_usage`). A ledger
+    row of a call that reports usage takes these numbers instead of counting the text with
+    the agent's tokenizer."""
 
     prompt_tokens: int
     completion_tokens: int

@@ -13,6 +13,7 @@ empty messages to the longest private texts and every message at ``max_new_token
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -24,6 +25,35 @@ from orchestration.cost import CostPrediction, predict
 
 #: Backends whose message lengths are fixed by the task, so token counts are exact.
 FIXED_LENGTH_BACKENDS = ("scripted", "random")
+#: Backends whose calls run a model: the ledger counts the model's own input ids, which
+#: add a BOS token or a chat template around the observation text.
+MODEL_BACKENDS = ("tiny", "hf", "vllm")
+
+
+@functools.lru_cache(maxsize=16)
+def _hf_overhead(path: str) -> int:
+    from marl.policies.hf import hf_tokenizer
+
+    tok = hf_tokenizer(path)
+    return len(tok.encode_prompt(_SAMPLE)) - tok.count(_SAMPLE)
+
+
+_SAMPLE = "you are a (agent). x\n[round 1]\na> "
+
+
+def prompt_overhead(team: Team, agent: str, backend: str | None = None) -> int:
+    """Tokens a model policy's input adds around the observation text: the tiny models'
+    BOS token, an HF tokenizer's BOS or chat template (read from the checkpoint's
+    tokenizer files); 0 for policies without a model (scripted, random) and for API
+    policies (billed in the server's tokens)."""
+    spec = team.scenario.policies[team.agent(agent).policy]
+    kind = backend or spec.backend
+    if kind not in MODEL_BACKENDS:
+        return 0
+    if kind == "tiny":
+        tok = CharTokenizer()
+        return len(tok.encode_prompt(_SAMPLE)) - tok.count(_SAMPLE)
+    return _hf_overhead(str(spec.path))
 
 
 def expected_completion(team: Team, agent: str, rnd: int, backend: str | None = None) -> int:
@@ -39,17 +69,21 @@ def expected_completion(team: Team, agent: str, rnd: int, backend: str | None = 
 def predict_team(team: Team, tokenizer: Tokenizer | None = None,
                  completion: Callable[[str, int], int] | None = None,
                  backend: str | None = None,
-                 private: Literal["shortest", "longest", "none"] = "longest"
-                 ) -> CostPrediction:
+                 private: Literal["shortest", "longest", "none"] = "longest",
+                 model_input: bool = True) -> CostPrediction:
     """Predicted tokens and cost of one episode of ``team`` (every policy's backend replaced
     by ``backend`` when given, as ``marl run --policy`` does), with each agent's
     ``private`` text the shortest or the longest it can get (a codes task's have one
-    length), or none."""
+    length), or none. ``model_input``: count what a model policy's model reads (its
+    :func:`prompt_overhead` on every prompt), as the ledger does; else the text alone."""
     tok = tokenizer or CharTokenizer()
     extremes = team.task.private_extremes()
     text = {a: "" if private == "none" else extremes[a][private == "longest"] for a in team.ids}
+    # The overhead wraps every prompt once; each prompt extends the previous one, so it
+    # is counted with the header.
     header = {a.id: tok.count(prompts.header(a.id, a.role, text[a.id],
                                              prompts.one_line(a.prompt)))
+              + (prompt_overhead(team, a.id, backend) if model_input else 0)
               for a in team.agents}
 
     def turn(agent: str, rnd: int) -> int:

@@ -273,6 +273,17 @@ def load_hf(path: str | Path, *, dtype: str = "float32", device: str | torch.dev
     return HFCausalLM(model.to(dev).eval(), fast=fast), HFTokenizer(tokenizer)
 
 
+def hf_tokenizer(path: str | Path, trust_remote_code: bool = False) -> HFTokenizer:
+    """The tokenizer of a local checkpoint (or adapter) directory, without its weights."""
+    transformers = import_optional("transformers")
+    _check_checkpoint(Path(path))
+    try:
+        return HFTokenizer(transformers.AutoTokenizer.from_pretrained(
+            path, local_files_only=True, trust_remote_code=trust_remote_code))
+    except (OSError, ValueError, KeyError) as e:
+        raise MarlError(f"cannot load the tokenizer of the HF checkpoint in {path}: {e}") from e
+
+
 def save_hf(model: HFCausalLM, tokenizer: HFTokenizer, path: str | Path, *,
             merge: bool = False) -> Path:
     """Write model and tokenizer into ``path`` atomically (a temp dir beside it, renamed).
