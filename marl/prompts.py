@@ -121,6 +121,46 @@ def sanitize(text: str) -> tuple[str, int]:
     return "".join(out), replaced
 
 
+def conversation(observation: str) -> list[dict[str, str]]:
+    """An agent's prompt as a chat (a policy's ``prompt_format: chat``): a system message
+    (its identity, role, private information and the scenario's prompt), then per round a
+    user turn naming who said what (``src: message``) and asking for its message or answer,
+    and the agent's own message of that round as an assistant turn; the last user turn is
+    the one it answers now. The transcript stays the one source; this only reads it.
+
+    >>> obs = ("you are b (x). v\\n[round 1]\\na> hi\\nb> yo\\n"
+    ...        "[round 2]\\na> one\\n  two\\nb answer> ")
+    >>> [(m["role"], m["content"]) for m in conversation(obs)]
+    [('system', 'you are b (x). v'), ('user', '[round 1]\\na: hi\\nYour message:'), \
+('assistant', 'yo'), ('user', '[round 2]\\na: one\\ntwo\\nYour answer:')]
+    """
+    head, *rounds = observation.split("\n[round ")
+    agent = head.removeprefix("you are ").split(" (", 1)[0]  # the header names the agent
+    chat = [{"role": "system", "content": head.replace("\n" + CONTINUATION, "\n")}]
+    for block in rounds:
+        number, _, body = block.partition("]\n")
+        heard, own, final = body, "", False
+        for query in (f"{agent} answer> ", f"{agent}> "):
+            at = body.rfind("\n" + query)  # the query is the round's last line
+            at = at + 1 if at >= 0 else (0 if body.startswith(query) else -1)
+            if at >= 0:
+                heard, own = body[:at], body[at + len(query):]
+                final = query.endswith("answer> ")
+                break
+        lines: list[str] = []
+        for line in heard.split("\n"):
+            if line.startswith(CONTINUATION) and lines:
+                lines[-1] += "\n" + line[len(CONTINUATION):]
+            elif "> " in line:
+                src, _, text = line.partition("> ")
+                lines.append(f"{src}: {text}")
+        ask = "Your answer:" if final else "Your message:"
+        chat.append({"role": "user", "content": "\n".join([f"[round {number}]", *lines, ask])})
+        if own:
+            chat.append({"role": "assistant", "content": own})
+    return chat
+
+
 def one_line(text: str) -> str:
     """A scenario prompt as a single line (newlines become spaces)."""
     return text.replace("\n", " ").strip()

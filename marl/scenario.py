@@ -66,6 +66,14 @@ class PolicySpec(StrictModel):
                                                          "target_modules}.")
     fast: bool = Field(True, description="hf: generate with the engine's own Llama "
                                          "implementation when the architecture allows.")
+    prompt_format: Literal["transcript", "chat"] = Field(
+        "transcript", description="transcript: the agent's prompt as one growing text (in a "
+        "chat template, one user turn); chat: a system message, a named user turn per "
+        "round and the agent's own messages as assistant turns (hf, vllm, openai).")
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="hf, vllm: arguments passed to the tokenizer's chat template "
+        "(e.g. {enable_thinking: false}); openai: sent as the request's "
+        "chat_template_kwargs (vLLM and SGLang servers read it).")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Weights' dtype (tiny, hf, vllm).")
     device: str = Field("cpu", description="cpu, cuda, cuda:1, ...")

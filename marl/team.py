@@ -214,6 +214,7 @@ BACKEND_FIELDS: dict[str, tuple[str, ...]] = {
     "lora": ("hf",),
     **dict.fromkeys(("preset", "fast"), ("tiny", "hf")),
     "engine": ("vllm",),
+    "chat_template_kwargs": ("hf", "vllm", *API_BACKENDS),
     **dict.fromkeys(("path", "dtype", "device", "top_k"), ("tiny", "hf", "vllm")),
     **dict.fromkeys(("base_url", "api_key_env", "api", "max_concurrency", "timeout_s",
                      "max_retries"), API_BACKENDS),
@@ -236,6 +237,13 @@ def _check_backend_fields(path: str, spec: PolicySpec) -> list[Problem]:
                            f"{' and '.join(owners)} backend{'s' if len(owners) > 1 else ''} "
                            f"only, not {spec.backend!r}; remove `{field}` or set backend: "
                            f"{owners[0]}."))
+    if spec.prompt_format == "chat" and (spec.backend in ("tiny", "scripted", "random")
+                                         or spec.api == "completions"):
+        why = ("the completions API takes one text" if spec.api == "completions"
+               else f"{spec.backend} policies read the transcript")
+        out.append(Problem(f"{path}.prompt_format", f"prompt_format: chat needs a chat model "
+                           f"(hf or vllm with a chat template, or openai with api: chat); {why}. "
+                           "Remove it or change the backend."))
     if spec.backend in ("hf", "vllm") and spec.path is None:
         out.append(Problem(f"{path}.path", f"the {spec.backend} backend needs `path`: a local "
                            "checkpoint directory holding config.json and the weights."))

@@ -14,6 +14,7 @@ empty messages to the longest private texts and every message at ``max_new_token
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -30,30 +31,43 @@ FIXED_LENGTH_BACKENDS = ("scripted", "random")
 MODEL_BACKENDS = ("tiny", "hf", "vllm")
 
 
-@functools.lru_cache(maxsize=16)
-def _hf_overhead(path: str) -> int:
+def _sample(rounds: int, agent: str) -> str:
+    """A prompt of ``agent`` of ``rounds`` rounds, each with one message heard and (before
+    the last) its own message: what the template wraps, whatever the text."""
+    text = prompts.header(agent, "agent", "x", "")
+    for r in range(rounds):
+        text += (prompts.turn_open(r) + prompts.message_line("b", "y")
+                 + prompts.query(agent, False))
+        text += "z" if r < rounds - 1 else ""
+    return text
+
+
+@functools.lru_cache(maxsize=64)
+def _hf_overhead(path: str, chat: bool, kwargs: str, rounds: int, agent: str) -> int:
     from marl.policies.hf import hf_tokenizer
 
-    tok = hf_tokenizer(path)
-    return len(tok.encode_prompt(_SAMPLE)) - tok.count(_SAMPLE)
+    tok = hf_tokenizer(path, chat=chat, template_kwargs=json.loads(kwargs))
+    sample = _sample(rounds, agent)
+    return len(tok.encode_prompt(sample)) - tok.count(sample)
 
 
-_SAMPLE = "you are a (agent). x\n[round 1]\na> "
-
-
-def prompt_overhead(team: Team, agent: str, backend: str | None = None) -> int:
-    """Tokens a model policy's input adds around the observation text: the tiny models'
-    BOS token, an HF tokenizer's BOS or chat template (read from the checkpoint's
-    tokenizer files); 0 for policies without a model (scripted, random) and for API
-    policies (billed in the server's tokens)."""
+def prompt_overhead(team: Team, agent: str, backend: str | None = None,
+                    rounds: int = 1) -> int:
+    """Tokens a model policy's input adds around the text of a prompt of ``rounds`` rounds:
+    the tiny models' BOS token; an HF tokenizer's BOS or chat template, read from the
+    checkpoint's tokenizer files (with ``prompt_format: chat`` it grows with the turns);
+    0 for policies without a model (scripted, random) and for API policies (billed in the
+    server's tokens)."""
     spec = team.scenario.policies[team.agent(agent).policy]
     kind = backend or spec.backend
     if kind not in MODEL_BACKENDS:
         return 0
     if kind == "tiny":
         tok = CharTokenizer()
-        return len(tok.encode_prompt(_SAMPLE)) - tok.count(_SAMPLE)
-    return _hf_overhead(str(spec.path))
+        return len(tok.encode_prompt(_sample(rounds, agent))) - tok.count(_sample(rounds, agent))
+    return _hf_overhead(str(spec.path), spec.prompt_format == "chat",
+                        json.dumps(spec.chat_template_kwargs or {}, sort_keys=True), rounds,
+                        agent)
 
 
 def expected_completion(team: Team, agent: str, rnd: int, backend: str | None = None) -> int:
@@ -88,7 +102,9 @@ def predict_team(team: Team, tokenizer: Tokenizer | None = None,
 
     def turn(agent: str, rnd: int) -> int:
         final = team.is_final_call(agent, rnd)
-        return tok.count(prompts.turn_open(rnd)) + tok.count(prompts.query(agent, final))
+        grown = (prompt_overhead(team, agent, backend, rnd + 1)  # a chat's turns add up
+                 - prompt_overhead(team, agent, backend, rnd) if model_input and rnd else 0)
+        return tok.count(prompts.turn_open(rnd)) + tok.count(prompts.query(agent, final)) + grown
 
     def line(src: str, dst: str, n: int) -> int:
         return tok.count(prompts.message_line(src, "x" * n))

@@ -40,6 +40,7 @@ from marl.errors import MarlError
 from marl.policies.api_cache import ResponseCache, request_key
 from marl.policies.api_settings import api_key, check_api_fields
 from marl.policies.base import Completion, Policy, Request
+from marl.prompts import conversation
 from marl.scenario import PolicySpec
 from marl.seeds import derive_seed
 from orchestration.cost import TokenCounts
@@ -133,8 +134,12 @@ class APIPolicy(Policy):
             body["stop"] = spec.stop[:MAX_STOP]
         if body["temperature"] > 0:
             body["seed"] = seed
+        if spec.chat_template_kwargs:
+            body["chat_template_kwargs"] = spec.chat_template_kwargs
         if spec.api == "chat":
-            body["messages"] = [{"role": "user", "content": request.observation}]
+            body["messages"] = (conversation(request.observation)
+                                if spec.prompt_format == "chat" else
+                                [{"role": "user", "content": request.observation}])
         else:
             body["prompt"] = request.observation
         return body

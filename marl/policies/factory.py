@@ -51,7 +51,8 @@ def build_hf(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None) -
     from marl.policies.hf import save_hf
 
     lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, lora=spec.lora,
-                      fast=spec.fast)
+                      fast=spec.fast, chat=spec.prompt_format == "chat",
+                      template_kwargs=spec.chat_template_kwargs)
     return LMPolicy(lm, tok, sampling_of(spec), seed=sampling_seed(spec, seed), module=lm.model,
                     saver=lambda out: save_hf(lm, tok, out))
 

@@ -28,6 +28,7 @@ from marl.io import atomic_dir
 from marl.policies.fast_llama import LlamaTwin, twin_config
 from marl.policies.kv_reuse import Reuse
 from marl.policies.tiny import TinyCausalLM
+from marl.prompts import conversation
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -159,8 +160,15 @@ class HFTokenizer:
     prefix_stable = False
     charset = None  # byte-level: any Unicode text
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, name: str | None = None):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, name: str | None = None,
+                 chat: bool = False, template_kwargs: dict[str, Any] | None = None):
+        if chat and not tokenizer.chat_template:
+            raise MarlError(f"prompt_format: chat needs a chat template, and the tokenizer of "
+                            f"{tokenizer.name_or_path} has none; use prompt_format: "
+                            "transcript, or a chat model's checkpoint.")
         self.tokenizer = tokenizer
+        self.chat = chat  # prompt_format: chat (marl.prompts.conversation)
+        self.template_kwargs = template_kwargs or {}
         self.name = name or f"hf:{Path(tokenizer.name_or_path).name}"
         self.eos_id: int | None = tokenizer.eos_token_id
         self.bos_id: int | None = tokenizer.bos_token_id
@@ -197,12 +205,15 @@ class HFTokenizer:
         return len(self.encode(text))
 
     def render(self, observation: str) -> str:
-        """The prompt text the model reads: the chat template applied to one user turn, or
-        the observation after the BOS token (when the tokenizer has one)."""
+        """The prompt text the model reads: the chat template applied to the conversation
+        (``chat``: :func:`marl.prompts.conversation`) or to the whole transcript as one
+        user turn, or without a template the observation after the BOS token (when the
+        tokenizer has one)."""
         if self.tokenizer.chat_template:
+            turns = (conversation(observation) if self.chat else
+                     [{"role": "user", "content": observation}])
             return self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": observation}],
-                add_generation_prompt=True, tokenize=False)
+                turns, add_generation_prompt=True, tokenize=False, **self.template_kwargs)
         return (self.tokenizer.bos_token or "") + observation
 
     def encode_prompt(self, observation: str) -> list[int]:
@@ -236,14 +247,17 @@ def _fast_twin(model: torch.nn.Module) -> LlamaTwin | None:
 
 def load_hf(path: str | Path, *, dtype: str = "float32", device: str | torch.device = "cpu",
             lora: dict[str, Any] | None = None, trust_remote_code: bool = False,
-            fast: bool = True) -> tuple[HFCausalLM, HFTokenizer]:
+            fast: bool = True, chat: bool = False,
+            template_kwargs: dict[str, Any] | None = None) -> tuple[HFCausalLM, HFTokenizer]:
     """Load a local checkpoint directory (never the Hub) as an adapter and a tokenizer.
 
     ``path`` holds either a full model (``config.json`` + weights) or a LoRA adapter saved
     by :func:`save_hf` (``adapter_config.json``, whose base model is loaded from its
     recorded local path). ``lora`` adds a fresh adapter: keys ``r``, ``alpha``, ``dropout``,
     ``target_modules`` (defaults in :data:`LORA_DEFAULTS`); then only its weights train.
-    ``fast`` generates with the engine's own implementation of Llama-architecture models.
+    ``fast`` generates with the engine's own implementation of Llama-architecture models;
+    ``chat`` and ``template_kwargs`` say how the tokenizer renders a prompt
+    (:class:`HFTokenizer`).
     """
     path = Path(path)
     if dtype not in DTYPES:
@@ -270,16 +284,19 @@ def load_hf(path: str | Path, *, dtype: str = "float32", device: str | torch.dev
         raise MarlError(f"cannot load the HF checkpoint in {path}: {e}") from e
     if adapter or settings is not None:
         model = _attach_lora(model, path if adapter else None, settings)
-    return HFCausalLM(model.to(dev).eval(), fast=fast), HFTokenizer(tokenizer)
+    return (HFCausalLM(model.to(dev).eval(), fast=fast),
+            HFTokenizer(tokenizer, chat=chat, template_kwargs=template_kwargs))
 
 
-def hf_tokenizer(path: str | Path, trust_remote_code: bool = False) -> HFTokenizer:
+def hf_tokenizer(path: str | Path, trust_remote_code: bool = False, chat: bool = False,
+                 template_kwargs: dict[str, Any] | None = None) -> HFTokenizer:
     """The tokenizer of a local checkpoint (or adapter) directory, without its weights."""
     transformers = import_optional("transformers")
     _check_checkpoint(Path(path))
     try:
         return HFTokenizer(transformers.AutoTokenizer.from_pretrained(
-            path, local_files_only=True, trust_remote_code=trust_remote_code))
+            path, local_files_only=True, trust_remote_code=trust_remote_code),
+            chat=chat, template_kwargs=template_kwargs)
     except (OSError, ValueError, KeyError) as e:
         raise MarlError(f"cannot load the tokenizer of the HF checkpoint in {path}: {e}") from e
 

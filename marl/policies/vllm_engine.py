@@ -156,7 +156,9 @@ def build_vllm(spec: Any, task: Any, seed: int, checkpoint: Path | None) -> VLLM
     from marl.policies.hf import load_hf, save_hf
 
     path = Path(checkpoint or spec.path)
-    lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, lora=None, fast=False)
+    lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, lora=None, fast=False,
+                      chat=spec.prompt_format == "chat",
+                      template_kwargs=spec.chat_template_kwargs)
     return VLLMPolicy(lm, tok, sampling_of(spec), seed=sampling_seed(spec, seed),
                       module=lm.model, saver=lambda out: save_hf(lm, tok, out), path=path,
                       engine=dict(spec.engine or {}))

@@ -511,3 +511,17 @@ def test_cli_validate_shipped_scenarios():
     result = runner.invoke(app, ["validate", *map(str, SCENARIOS)])
     assert result.exit_code == 0, result.output
     assert result.output.count("✓") == len(SCENARIOS)
+
+
+@pytest.mark.parametrize(("policy", "why"), [
+    ({"backend": "tiny"}, "tiny policies read the transcript"),
+    ({"backend": "openai", "model": "m", "base_url": "http://127.0.0.1:1/v1",
+      "api": "completions"}, "the completions API takes one text"),
+])
+def test_a_chat_prompt_format_needs_a_chat_model(policy, why):
+    data = yaml.safe_load((ROOT / "scenarios" / "signal.yaml").read_text())
+    data["policies"]["speaker"] = {**policy, "prompt_format": "chat", "max_new_tokens": 2}
+    with pytest.raises(ScenarioError) as err:
+        load_team(data, "s.yaml")
+    assert "policies.speaker.prompt_format: prompt_format: chat needs a chat model" in str(
+        err.value) and why in str(err.value)

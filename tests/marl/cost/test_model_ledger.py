@@ -14,18 +14,21 @@ from marl.tokenizer import common_prefix
 from tests.marl.conftest import ROOT
 
 
-@pytest.fixture(scope="module", params=["tiny", "hf", "hf-chat"])
+@pytest.fixture(scope="module", params=["tiny", "hf", "hf-chat", "hf-chat-turns"])
 def team(request, tmp_path_factory):
     """relay_ring (four rounds: every agent's prompt grows over its calls) played by tiny
-    models, or by a local HF Llama without and with a chat template."""
+    models, or by a local HF Llama without and with a chat template (the whole transcript
+    as one user turn, or ``prompt_format: chat``: a turn per round)."""
     data = yaml.safe_load((ROOT / "scenarios" / "relay_ring.yaml").read_text())
     if request.param != "tiny":
         pytest.importorskip("transformers")
         from marl.policies.hf_local import build_tiny_hf
 
         path = build_tiny_hf(tmp_path_factory.mktemp("hf") / "llama", hidden_size=64,
-                             num_heads=2, chat_template=request.param == "hf-chat")
-        data["policies"]["default"].update(backend="hf", path=str(path))
+                             num_heads=2, chat_template=request.param.startswith("hf-chat"))
+        data["policies"]["default"].update(backend="hf", path=str(path), max_new_tokens=12)
+        if request.param == "hf-chat-turns":
+            data["policies"]["default"]["prompt_format"] = "chat"
     return load_team(data)
 
 
@@ -49,11 +52,13 @@ def test_every_call_is_counted_in_the_models_own_ids(team):
 
 def test_the_cost_model_predicts_the_model_inputs_share(team):
     """A first call reads nothing but its header (and the query): predicted exactly, the
-    BOS or chat template included."""
+    BOS or chat template included; later calls read what the agents wrote, and are bounded
+    by the prediction with every message at max_new_tokens."""
     batch = collect(team, build_policies(team), episodes=2, seed=0)
     pred = predict_team(team)
     for row in batch.rows:
-        if row.round == 0 and row.agent == "r0":
-            assert row.prompt_tokens == pred.per_call[("r0", 0)].prompt
+        if row.round == 0:
+            assert row.prompt_tokens == pred.per_call[(row.agent, 0)].prompt
+        assert row.prompt_tokens <= pred.per_call[(row.agent, row.round)].prompt
     text_only = predict_team(team, model_input=False).per_call[("r0", 0)].prompt
     assert pred.per_call[("r0", 0)].prompt > text_only  # a BOS token, or the template

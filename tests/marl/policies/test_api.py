@@ -212,3 +212,16 @@ def test_api_model_name_is_not_a_price_model():
 
 def test_shipped_scenarios_still_load():
     assert load_team(ROOT / "scenarios" / "gather_star.yaml").models["lead"] == "gpt-4o-mini"
+
+
+def test_a_chat_prompt_format_sends_the_conversation():
+    obs = ("you are w2 (worker). v: 3\nBe brief.\n[round 1]\nw1> hi\nw2> 7\n"
+           "[round 2]\nw1> again\nw2 answer> ")
+    with FakeOpenAI() as server:
+        policy(server.url, prompt_format="chat",
+               chat_template_kwargs={"enable_thinking": False}).generate([Request("w2", obs)])
+    body = server.requests[0]
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "user"]
+    assert body["messages"][0]["content"] == "you are w2 (worker). v: 3\nBe brief."
+    assert body["messages"][3]["content"] == "[round 2]\nw1: again\nYour answer:"
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}

@@ -321,3 +321,39 @@ def test_lora_models_have_no_fast_twin(tmp_path):
 
     lm, _ = load_hf(build_tiny_hf(tmp_path / "m"), lora={"r": 2})
     assert lm.twin is None
+
+
+def test_a_chat_prompt_format_renders_system_user_and_assistant_turns():
+    from marl.policies.hf import HFTokenizer
+    from marl.policies.hf_local import char_tokenizer
+
+    obs = "you are b (x). v\n[round 1]\na> hi\nb> yo\n[round 2]\na> one\nb answer> "
+    tok = HFTokenizer(char_tokenizer(chat_template=True), chat=True)
+    # the test builder's template writes "role: content" per turn
+    assert tok.render(obs) == ("<bos>system: you are b (x). v\nuser: [round 1]\na: hi\n"
+                               "Your message:\nassistant: yo\nuser: [round 2]\na: one\n"
+                               "Your answer:\nassistant: ")
+    assert tok.encode_prompt(obs) == tok.encode(tok.render(obs))
+    one_turn = HFTokenizer(char_tokenizer(chat_template=True))
+    assert one_turn.render(obs) == f"<bos>user: {obs}\nassistant: "
+
+
+def test_chat_template_arguments_reach_the_template():
+    from marl.policies.hf import HFTokenizer
+    from marl.policies.hf_local import char_tokenizer
+
+    raw = char_tokenizer(chat_template=True)
+    raw.chat_template = ("{% for m in messages %}{{ m['content'] }}{% endfor %}"
+                         "{% if think %}<think>{% endif %}")
+    obs = "you are a (x). v\n[round 1]\na> "
+    plain = HFTokenizer(raw, chat=True)
+    thinking = HFTokenizer(raw, chat=True, template_kwargs={"think": True})
+    assert thinking.render(obs) == plain.render(obs) + "<think>"
+
+
+def test_a_chat_prompt_format_needs_a_chat_template():
+    from marl.policies.hf import HFTokenizer
+    from marl.policies.hf_local import char_tokenizer
+
+    with pytest.raises(MarlError, match="prompt_format: chat needs a chat template"):
+        HFTokenizer(char_tokenizer(), chat=True)
