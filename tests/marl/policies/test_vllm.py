@@ -129,3 +129,27 @@ def test_sampling_settings_reach_vllm(policy):
                                top_p=0.9, top_k=5, max_new_tokens=3, stop=["x"]))
     assert (s.temperature, s.top_p, s.top_k, s.max_new_tokens, s.stop) == (
         0.7, 0.9, 5, 3, ("x",))
+
+
+def test_the_ledger_of_vllm_rollouts_with_a_chat_template_counts_the_models_ids(tmp_path):
+    """vLLM generates from the ids our tokenizer renders (chat turns, template and BOS):
+    each ledger row holds exactly those, and every id it generated."""
+    import yaml
+
+    from marl.rollout import collect
+    from marl.runner import build_policies
+
+    chat_dir = build_tiny_hf(tmp_path / "chat", hidden_size=64, num_heads=2,
+                             chat_template=True)
+    data = yaml.safe_load((ROOT / "scenarios" / "relay_ring.yaml").read_text())
+    data["policies"]["default"].update(backend="vllm", path=str(chat_dir), max_new_tokens=6,
+                                       prompt_format="chat")
+    team = load_team(data)
+    batch = collect(team, build_policies(team), episodes=2, seed=0)
+    rows = {(r.episode, r.agent, r.round): r for r in batch.rows}
+    for b in range(2):
+        for k in range(len(batch.call_agent)):
+            row = rows[(b, team.ids[int(batch.call_agent[k])], int(batch.call_round[k]))]
+            assert row.prompt_tokens == len(batch.prompt_ids[b][k])
+            assert row.completion_tokens == int(batch.mask[b, k].sum())
+            assert batch.prompt_ids[b][k][0] == 1  # <bos>, from the template
