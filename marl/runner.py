@@ -12,7 +12,7 @@ from typing import Any
 from marl.cost.ledger import Ledger
 from marl.cost.predict import predict_team, prediction_json
 from marl.errors import MarlError
-from marl.policies import API_BACKENDS, BACKENDS, Policy, build_policy
+from marl.policies import API_BACKENDS, BACKENDS, Policy, TeamBuild, build_policy
 from marl.rollout import collect
 from marl.team import Team
 from orchestration.hints import did_you_mean, listing
@@ -33,13 +33,15 @@ def build_policies(team: Team, override: str | None = None, seed: int = 0,
         raise MarlError(f"--checkpoint {checkpoint}: no such directory; pass a run's "
                         "checkpoint folder (it holds one folder per policy).")
     by_name: dict[str, Policy] = {}
+    bases: dict = {}  # checkpoints the team's LoRA policies share
     for i, (name, spec) in enumerate(team.scenario.policies.items()):
         if override is not None:
             spec = spec.model_copy(update={"backend": override})
         weights = Path(checkpoint) / name if checkpoint is not None else None
         if weights is not None and not weights.is_dir():
             weights = None  # this policy was not trained (e.g. scripted)
-        by_name[name] = build_policy(spec, team.task, seed=seed * 1000 + i, checkpoint=weights)
+        by_name[name] = build_policy(spec, team.task, seed=seed * 1000 + i, checkpoint=weights,
+                                     team=TeamBuild(name, bases))
     if cache is not None:
         from marl.policies.api import APIPolicy
         from marl.policies.api_cache import ResponseCache

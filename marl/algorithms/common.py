@@ -28,7 +28,6 @@ negative log-likelihood of the task oracle's message for the same observation, a
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -78,7 +77,7 @@ def trainables(team: Team, policies: dict, cfg: TrainConfig) -> list[Trainable]:
         if not isinstance(policy, LMPolicy) or not policy.parameters():
             continue
         opt = adam(policy.parameters(), cfg)
-        ref = copy.deepcopy(policy.model) if cfg.kl_coef > 0 else None
+        ref = policy.model.frozen() if cfg.kl_coef > 0 else None
         out.append(Trainable(name, policy, agents, opt, ref))
     return out
 
@@ -94,24 +93,18 @@ def begin_rl(trainables: list[Trainable], cfg: TrainConfig,
             t.optimizer = adam(t.policy.parameters(), cfg)
         if cfg.kl_coef <= 0:
             continue
-        t.reference = copy.deepcopy(t.policy.model)
+        t.reference = t.policy.model.frozen()
         if reference is not None:
-            frozen = [p for p in t.reference.model.parameters() if p.requires_grad]
             with torch.no_grad():
-                for p, q in zip(frozen, reference[t.name], strict=True):
+                for p, q in zip(t.reference.weights(), reference[t.name], strict=True):
                     p.copy_(q)
-        t.reference.model.requires_grad_(False)
 
 
 def reference_weights(trainables: list[Trainable]) -> dict[str, list[torch.Tensor]]:
     """The KL term's frozen reference of each trainable policy, in ``parameters()`` order
     (what :func:`begin_rl` takes back; empty before RL or without a KL term)."""
-    out = {}
-    for t in trainables:
-        if t.reference is not None:
-            pairs = zip(t.reference.model.parameters(), t.policy.module.parameters(), strict=True)
-            out[t.name] = [p.detach().clone() for p, q in pairs if q.requires_grad]
-    return out
+    return {t.name: [p.detach().clone() for p in t.reference.weights()]
+            for t in trainables if t.reference is not None}
 
 
 @dataclass

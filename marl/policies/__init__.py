@@ -1,11 +1,14 @@
 """Policy backends. ``BACKENDS`` is the registry: backend name -> ``"module:function"``, each
-building a :class:`Policy` from a scenario's policy spec."""
+building a :class:`Policy` from a scenario's policy spec, as
+``builder(spec, task, seed, checkpoint, team)``: ``team`` is what the policies of one
+team build share (:class:`TeamBuild`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from marl.policies.base import Completion, Policy, Request
 
@@ -26,11 +29,23 @@ BACKENDS: dict[str, str] = {
 API_BACKENDS: tuple[str, ...] = ("openai",)
 
 
+@dataclass
+class TeamBuild:
+    """What the policies of one team build share: the name of the policy being built, and
+    the checkpoints already loaded (every LoRA policy on a checkpoint is an adapter on one
+    copy of it; :mod:`marl.policies.shared`)."""
+
+    name: str = "default"
+    bases: dict[Any, Any] = field(default_factory=dict)
+
+
 def build_policy(spec: PolicySpec, task: Task, seed: int = 0,
-                 checkpoint: Path | None = None) -> Policy:
+                 checkpoint: Path | None = None, team: TeamBuild | None = None) -> Policy:
     """The policy a scenario's spec describes; ``checkpoint`` holds trained weights."""
     module, attr = BACKENDS[spec.backend].split(":")
-    return getattr(import_module(module), attr)(spec, task, seed, checkpoint)
+    return getattr(import_module(module), attr)(spec, task, seed, checkpoint,
+                                                team or TeamBuild())
 
 
-__all__ = ["API_BACKENDS", "BACKENDS", "Completion", "Policy", "Request", "build_policy"]
+__all__ = ["API_BACKENDS", "BACKENDS", "Completion", "Policy", "Request", "TeamBuild",
+           "build_policy"]

@@ -296,7 +296,7 @@ def _excerpt(text: str, limit: int = 200) -> str:
 
 
 def build_openai(spec: PolicySpec, task: Any, seed: int,
-                 checkpoint: Path | None = None) -> APIPolicy:
+                 checkpoint: Path | None = None, team: Any = None) -> APIPolicy:
     """An API policy from a scenario's spec (checked again here, since ``--policy openai``
     replaces backends after the scenario was validated). The key is read from the
     environment now, so a missing variable fails before any episode is played."""

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from marl.errors import MarlError
+from marl.policies import TeamBuild
 from marl.policies.generation import Sampling
 from marl.policies.lm import LMPolicy
 from marl.policies.tiny import TinyCausalLM, TinyLM, load_tiny, save_tiny
@@ -26,7 +27,8 @@ def sampling_seed(spec: PolicySpec, seed: int) -> int:
     return seed if spec.seed is None else spec.seed
 
 
-def build_tiny(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None) -> LMPolicy:
+def build_tiny(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None,
+               team: TeamBuild | None = None) -> LMPolicy:
     """A tiny transformer: from ``checkpoint`` (or ``spec.path``) if given, else freshly
     initialised from ``spec.preset`` with ``seed``."""
     source = checkpoint or (Path(spec.path) if spec.path else None)
@@ -43,18 +45,28 @@ def build_tiny(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None)
                     module=model, saver=lambda path: save_tiny(model, path))
 
 
-def build_hf(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None) -> LMPolicy:
-    """A local Hugging Face checkpoint (``spec.path``), optionally with LoRA."""
-    from marl.policies.hf import load_hf
+def build_hf(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None,
+             team: TeamBuild | None = None) -> LMPolicy:
+    """A local Hugging Face checkpoint (``spec.path``; ``checkpoint``: trained weights). A
+    LoRA policy (``lora``, or a saved adapter) is an adapter on the team's one copy of its
+    base checkpoint (:mod:`marl.policies.shared`); any other loads a copy of its own."""
+    from marl.policies.hf import HFCausalLM, hf_tokenizer, load_hf, save_hf
+    from marl.policies.shared import adapter_on_base, save_adapter
 
-    path = checkpoint or spec.path
-    from marl.policies.hf import save_hf
-
-    lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, lora=spec.lora,
-                      fast=spec.fast, chat=spec.prompt_format == "chat",
-                      template_kwargs=spec.chat_template_kwargs)
+    team = team or TeamBuild()
+    path = Path(checkpoint or spec.path)
+    chat = {"chat": spec.prompt_format == "chat", "template_kwargs": spec.chat_template_kwargs}
+    if spec.lora is not None or (path / "adapter_config.json").is_file():
+        shared = adapter_on_base(team.bases, team.name, path, dtype=spec.dtype,
+                                 device=spec.device, lora=spec.lora, seed=seed)
+        lm = HFCausalLM(shared.model, fast=False, shared=shared, adapter=team.name)
+        tok = hf_tokenizer(path, **chat)
+        saver = lambda out: save_adapter(shared, team.name, tok.tokenizer, out)  # noqa: E731
+    else:
+        lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, fast=spec.fast, **chat)
+        saver = lambda out: save_hf(lm, tok, out)  # noqa: E731
     return LMPolicy(lm, tok, sampling_of(spec), seed=sampling_seed(spec, seed), module=lm.model,
-                    saver=lambda out: save_hf(lm, tok, out))
+                    saver=saver)
 
 
 def _device(name: str) -> torch.device:

@@ -54,6 +54,13 @@ class CausalLM(Protocol):
         """``ids: (B, T)`` after the cached positions, ``mask: (B, P + T)`` -> logits
         ``(B, T, V)`` (differentiable) and the cache."""
 
+    def weights(self) -> list[torch.nn.Parameter]:
+        """The parameters that train, in a fixed order (a frozen copy's: the same shapes,
+        in the same order)."""
+
+    def frozen(self) -> CausalLM:
+        """A copy of the current weights that does not train (the KL term's reference)."""
+
 
 @dataclass(frozen=True)
 class Sampling:

@@ -33,6 +33,8 @@ from marl.prompts import conversation
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+    from marl.policies.shared import SharedBase
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LORA_DEFAULTS: dict[str, Any] = {"r": 8, "alpha": 16, "dropout": 0.0,
                                  "target_modules": "all-linear"}
@@ -68,12 +70,19 @@ class HFCausalLM:
     needs no reservation.
     """
 
-    def __init__(self, model: torch.nn.Module, fast: bool = True):
+    def __init__(self, model: torch.nn.Module, fast: bool = True,
+                 shared: SharedBase | None = None, adapter: str | None = None):
         self.model = model
         self.device = model.device
+        # A LoRA adapter on a base that other policies share: made active before every
+        # forward (marl.policies.shared).
+        self.shared, self.adapter = shared, adapter
+        # What trains, fixed now (a frozen copy made from this one keeps the same list).
+        self._weights = (shared.weights(adapter) if shared is not None else
+                         [p for p in model.parameters() if p.requires_grad])
         # Generation on the engine's own implementation when the architecture allows it
         # (see marl.policies.fast_llama); scoring always runs the transformers model.
-        self.twin = _fast_twin(model) if fast else None
+        self.twin = _fast_twin(model) if fast and adapter is None else None
         # The twin behind the CausalLM protocol, built once (building moves it to a device).
         self._fast = TinyCausalLM(self.twin.model, self.device) if self.twin else None
         params = inspect.signature(_unwrap(model).forward).parameters
@@ -83,8 +92,27 @@ class HFCausalLM:
         # Prefill needs only the last position's logits: skip the rest of the LM head.
         self._last_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
+    def _active(self) -> None:
+        if self.shared is not None:
+            self.shared.activate(self.adapter)
+
+    def weights(self) -> list[torch.nn.Parameter]:
+        """The parameters that train, in a fixed order: an adapter's, or the model's."""
+        return self._weights
+
+    def frozen(self) -> HFCausalLM:
+        """A copy of the current weights that does not train (the KL term's reference): a
+        frozen twin adapter on the shared base, or a copy of the whole model."""
+        if self.shared is not None:
+            return HFCausalLM(self.model, fast=False, shared=self.shared,
+                              adapter=self.shared.snapshot(self.adapter))
+        ref = HFCausalLM(copy.deepcopy(self.model), fast=False)
+        ref.model.requires_grad_(False)
+        return ref
+
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor,
                 max_new_tokens: int) -> tuple[torch.Tensor, Any]:
+        self._active()
         if self.twin is not None:
             self.twin.current()  # re-synced if the weights changed
             return self._fast.prefill(ids, mask, max_new_tokens)
@@ -104,6 +132,7 @@ class HFCausalLM:
                cache: Any) -> tuple[torch.Tensor, Any]:
         if self.twin is not None:
             return self._fast.decode(ids, mask, cache)
+        self._active()
         pos = _positions(mask)[:, -ids.shape[1]:]
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
                          use_cache=True, return_dict=True, **{self._cache_kw: cache},
@@ -134,16 +163,19 @@ class HFCausalLM:
         return DynamicCache(layers)
 
     def logits(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        self._active()
         return self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
                           use_cache=False, return_dict=True).logits
 
     def prefix(self, ids: torch.Tensor, mask: torch.Tensor, room: int) -> tuple[torch.Tensor, Any]:
+        self._active()
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
                          use_cache=True, return_dict=True, **self._last_only)
         return out.logits[:, -1], out[self._cache_kw]
 
     def extend(self, ids: torch.Tensor, mask: torch.Tensor,
                cache: Any) -> tuple[torch.Tensor, Any]:
+        self._active()
         pos = _positions(mask)[:, -ids.shape[1]:]
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
                          use_cache=True, return_dict=True, **{self._cache_kw: cache})

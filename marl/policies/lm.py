@@ -66,12 +66,14 @@ class LMPolicy(Policy):
             self._store = outer  # the caches are released here
 
     def _version(self) -> int:
-        """Changes whenever a parameter is modified in place (an optimizer step, a load);
-        a policy without ``module`` relies on :meth:`rollout`'s scope alone."""
-        return sum(p._version for p in self.module.parameters()) if self.module else 0
+        """Changes whenever a trained parameter is modified in place (an optimizer step, a
+        load); a policy without ``module`` relies on :meth:`rollout`'s scope alone."""
+        return sum(p._version for p in self.parameters())
 
     def parameters(self) -> list[torch.nn.Parameter]:
-        return [p for p in self.module.parameters() if p.requires_grad] if self.module else []
+        """What an optimizer updates: the model's trained parameters (a LoRA adapter's
+        only, on a shared base)."""
+        return self.model.weights() if self.module else []
 
     def prompt_ids(self, requests: Sequence[Request]) -> list[list[int]]:
         return [self.tokenizer.encode_prompt(r.observation) for r in requests]

@@ -39,13 +39,13 @@ class RandomPolicy(Policy):
                 for r in requests]
 
 
-def build_scripted(spec, task: Task, seed: int, checkpoint=None) -> ScriptedPolicy:
+def build_scripted(spec, task: Task, seed: int, checkpoint=None, team=None) -> ScriptedPolicy:
     if not task.provides("oracle"):
         task.oracle("", "", False)  # the task's refusal, which says what to do instead
     return ScriptedPolicy(task, seed)
 
 
-def build_random(spec, task: Task, seed: int, checkpoint=None) -> RandomPolicy:
+def build_random(spec, task: Task, seed: int, checkpoint=None, team=None) -> RandomPolicy:
     if not task.provides("random_message"):
         task.random_message("", False, np.random.default_rng(0))  # the task's refusal
     return RandomPolicy(task, seed)

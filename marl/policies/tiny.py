@@ -10,6 +10,7 @@ Presets live in ``configs/model/*.yaml`` as overrides of :class:`TinyConfig`'s d
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable
@@ -129,6 +130,14 @@ class TinyCausalLM:
     def __init__(self, model: TinyLM, device: str | torch.device = "cpu"):
         self.model = model.to(device)
         self.device = torch.device(device)
+
+    def weights(self) -> list[torch.nn.Parameter]:
+        """The parameters that train (all of them), in a fixed order."""
+        return list(self.model.parameters())
+
+    def frozen(self) -> TinyCausalLM:
+        """A copy of the current weights that does not train (the KL term's reference)."""
+        return TinyCausalLM(copy.deepcopy(self.model).requires_grad_(False), self.device)
 
     def _empty(self, rows: int, columns: int, fill: Callable[..., torch.Tensor]) -> list:
         """Per layer, key and value buffers ``(rows, H, columns, D)`` made by ``fill``."""
