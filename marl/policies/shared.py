@@ -50,8 +50,9 @@ class SharedBase:
         for name in self.trainable:
             for p in self.weights(name):
                 p.requires_grad_(True)
-        for p in self.weights(adapter) if adapter not in self.trainable else ():
-            p.requires_grad_(False)
+        if adapter not in self.trainable:  # a frozen reference stays frozen
+            for p in self.weights(adapter):
+                p.requires_grad_(False)
 
     def snapshot(self, adapter: str) -> str:
         """A frozen copy of ``adapter``'s current weights beside it (made once, refreshed
@@ -116,8 +117,7 @@ def adapter_on_base(bases: Bases, name: str, path: Path, *, dtype: str, device: 
             bases[key].model.add_adapter(name, config)
     shared = bases[key]
     shared.trainable.add(name)
-    shared.model.set_adapter(shared.model.active_adapter)
-    shared.activate(name)
+    shared.activate(name)  # gives every trainable adapter its gradients back
     return shared
 
 
