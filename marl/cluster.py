@@ -11,8 +11,9 @@ from contextlib import contextmanager
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from marl.errors import MarlError
 from marl.tasks import plugin_root
 
 if TYPE_CHECKING:
@@ -73,6 +74,32 @@ def ray_session(address: str | None = None, num_cpus: int | None = None,
         yield
     finally:
         ray.shutdown()
+
+
+def gather(refs: Sequence[Any], timeout_s: float, what: str, setting: str) -> list[Any]:
+    """``ray.get`` of ``refs`` with a deadline. A task's own :class:`MarlError` is raised as
+    it is; a deadline passed, or a worker or node lost beyond Ray's retries, is a
+    :class:`MarlError` naming ``what`` and the ``setting`` that sets the deadline (the
+    tasks still running are cancelled)."""
+    import ray
+
+    try:
+        return ray.get(list(refs), timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        raise MarlError(f"{what} did not finish within {timeout_s:g} s: the cluster may be "
+                        "short of free CPUs, or a worker hangs (see `ray status`). Raise "
+                        f"{setting} if they need longer.") from None
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, MarlError):
+            raise exc.cause from None
+        raise MarlError(f"{what} failed: {type(exc.cause).__name__}: {exc.cause}") from None
+    except ray.exceptions.RayError as exc:  # a worker or node died more often than retried
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise MarlError(f"{what} failed on the cluster ({type(exc).__name__}: {first}); "
+                        "Ray retried it and gave up. Check the nodes (`ray status`) and "
+                        "run again.") from None
 
 
 def task_modules(team: Team) -> list[str]:

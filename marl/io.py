@@ -3,6 +3,7 @@ half of either; one home for every writer in the project."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -45,7 +46,32 @@ def _atomic(path: str | Path, mode: str, write: Callable[[Any], Any]) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_dir(path.parent)  # the rename itself survives a power cut
     return path
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the entries of directory ``path`` (renames, new files) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file under ``root``, then every directory, deepest first."""
+    dirs = []
+    for here, _, files in os.walk(root):
+        dirs.append(Path(here))
+        for name in files:
+            fd = os.open(Path(here) / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for d in reversed(dirs):
+        fsync_dir(d)
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> Path:
@@ -57,16 +83,24 @@ def atomic_write_jsonl(path: str | Path, rows: Iterable[Any]) -> Path:
 
 
 def append_jsonl(path: str | Path, row: Any) -> None:
-    """Append one JSON line with a single ``write`` on an ``O_APPEND`` descriptor, then
-    fsync: the line lands whole or (if the machine dies mid-write) as a cut-off last line,
+    """Append one JSON line whole or not at all: a single ``write`` on an ``O_APPEND``
+    descriptor, then fsync. A short or failed write (a full disk) is cut back off before
+    the error is raised; only a machine dying mid-write can leave a cut-off last line,
     which :func:`read_jsonl` drops."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = (json.dumps(row) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
+        size = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, f"only {written} of {len(data)} bytes written")
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, size)
+            raise
     finally:
         os.close(fd)
 
@@ -84,6 +118,7 @@ def atomic_dir(path: str | Path, write: Callable[[Path], None]) -> Path:
     old = tmp.with_suffix(".old")
     try:
         write(tmp)
+        fsync_tree(tmp)  # every file on disk before the rename makes it visible
         if path.exists():
             os.replace(path, old)
         os.replace(tmp, path)
@@ -92,23 +127,48 @@ def atomic_dir(path: str | Path, write: Callable[[Path], None]) -> Path:
         if old.exists() and not path.exists():
             os.replace(old, path)
         raise
+    fsync_dir(path.parent)
     shutil.rmtree(old, ignore_errors=True)
     return path
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSON-lines file; a last line cut short by a kill is dropped."""
+def read_jsonl(path: Path, log: Callable[[str], None] | None = None,
+               repair: bool = False) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines file. A last line cut short by a kill is dropped (and
+    reported to ``log``). A damaged line in the middle is an error, unless ``repair``:
+    then it is dropped too, keeping a whole row that a later append glued onto its end."""
     if not path.exists():
         return []
     rows = []
-    lines = path.read_text().splitlines()
+    lines = path.read_text(errors="replace").splitlines()
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             rows.append(json.loads(line))
+            continue
         except json.JSONDecodeError:
-            if i < len(lines) - 1:
-                raise MarlError(f"{path}:{i + 1} is not valid JSON; the file is corrupt "
-                                "beyond its last line.") from None
+            pass
+        last = i == len(lines) - 1
+        if not (last or repair):
+            raise MarlError(f"{path}:{i + 1} is not valid JSON; the file is corrupt beyond "
+                            "its last line (`marl train --resume` repairs a run's "
+                            "metrics.jsonl).")
+        glued = _glued_row(line)
+        if glued is not None:
+            rows.append(glued)
+        if log is not None:
+            log(f"{path}:{i + 1}: dropped a {'cut-off last' if last else 'damaged'} line"
+                + (" (kept the whole row after it)" if glued is not None else ""))
     return rows
+
+
+def _glued_row(line: str) -> Any:
+    """The whole JSON object at the end of a damaged line, if one was appended onto it."""
+    start = line.find("{", 1)
+    while start != -1:
+        try:
+            return json.loads(line[start:])
+        except json.JSONDecodeError:
+            start = line.find("{", start + 1)
+    return None

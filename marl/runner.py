@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from marl.cost.ledger import Ledger
-from marl.cost.predict import predict_team, prediction_json
+from marl.cost.predict import MODEL_BACKENDS, predict_team, prediction_json
 from marl.errors import MarlError
 from marl.policies import API_BACKENDS, BACKENDS, Policy, TeamBuild, build_policy
 from marl.rollout import collect
@@ -32,11 +32,13 @@ def build_policies(team: Team, override: str | None = None, seed: int = 0,
     if checkpoint is not None and not Path(checkpoint).is_dir():
         raise MarlError(f"--checkpoint {checkpoint}: no such directory; pass a run's "
                         "checkpoint folder (it holds one folder per policy).")
+    specs = {name: spec.model_copy(update={"backend": override}) if override else spec
+             for name, spec in team.scenario.policies.items()}
+    if checkpoint is not None:
+        _check_complete(team, specs, Path(checkpoint))
     by_name: dict[str, Policy] = {}
     bases: dict = {}  # checkpoints the team's LoRA policies share
-    for i, (name, spec) in enumerate(team.scenario.policies.items()):
-        if override is not None:
-            spec = spec.model_copy(update={"backend": override})
+    for i, (name, spec) in enumerate(specs.items()):
         weights = Path(checkpoint) / name if checkpoint is not None else None
         if weights is not None and not weights.is_dir():
             weights = None  # this policy was not trained (e.g. scripted)
@@ -50,6 +52,20 @@ def build_policies(team: Team, override: str | None = None, seed: int = 0,
             if isinstance(p, APIPolicy):
                 p.cache = ResponseCache(cache)
     return {a.id: by_name[a.policy] for a in team.agents}
+
+
+def _check_complete(team: Team, specs: dict, checkpoint: Path) -> None:
+    """Refuse a checkpoint without the weights of a model policy that an agent plays: it
+    would silently play fresh, untrained weights."""
+    played = {a.policy for a in team.agents}
+    missing = [name for name, spec in specs.items() if name in played
+               and spec.backend in MODEL_BACKENDS and not (checkpoint / name).is_dir()]
+    if missing:
+        held = sorted(p.name for p in checkpoint.iterdir() if p.is_dir())
+        raise MarlError(f"--checkpoint {checkpoint} holds no weights for polic"
+                        f"{'ies' if len(missing) > 1 else 'y'} {listing(missing)} (it holds "
+                        f"{listing(held) if held else 'no policy folder'}); pass a complete "
+                        "checkpoint of this scenario's run, e.g. runs/NAME/checkpoints/best.")
 
 
 @dataclass

@@ -12,16 +12,32 @@ import re
 from decimal import Decimal
 from pathlib import Path
 from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from marl.errors import Problem, ScenarioError
 from orchestration.hints import did_you_mean
 
 MAX_AGENTS = 256
+#: Names that become file or directory names (agent ids, policy and team keys): a letter,
+#: then up to 31 letters, digits, '_' or '-'; no separator, no '..', nothing hidden.
+NAME_RULE = r"^[A-Za-z][A-Za-z0-9_\-]{0,31}$"
+#: A scenario's name (its default run directory): the same, up to 64 characters, dots too.
+SCENARIO_NAME_RULE = r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$"
+Name = Annotated[str, StringConstraints(pattern=NAME_RULE)]
+RULES = {NAME_RULE: "a letter then up to 31 letters, digits, '_' or '-'",
+         SCENARIO_NAME_RULE: "a letter then up to 63 letters, digits, '.', '_' or '-'"}
 #: Key names that would hold a secret (``api_key``, ``openai-api-key``, ``secret``, ...).
 SECRET_KEY = re.compile(r"api[_-]?key|secret|passw(or)?d|(access|auth|bearer)[_-]?token|"
                         r"authorization", re.I)
@@ -85,6 +101,9 @@ class PolicySpec(StrictModel):
                                  "http://127.0.0.1:8000/v1 (required).")
     api_key_env: str | None = Field(None, description="openai: NAME of the environment "
                                     "variable holding the key (never the key itself).")
+    allow_plain_http: bool = Field(False, description="openai: send the key over plain "
+                                   "http to a host other than this machine (a trusted "
+                                   "network only).")
     api: Literal["chat", "completions"] = Field("chat", description="openai: chat (the "
                                                 "observation as one user message) or "
                                                 "completions (as the prompt).")
@@ -190,12 +209,13 @@ class CostSpec(StrictModel):
 class Scenario(StrictModel):
     """A scenario file: the team, what it plays, who reads whom, and what tokens cost."""
 
-    name: str = Field(description="Scenario name (the default run directory is runs/NAME).")
+    name: str = Field(pattern=SCENARIO_NAME_RULE, description="Scenario name (the default "
+                      "run directory is runs/NAME-ALGORITHM).")
     description: str = Field("", description="Free text.")
     task: TaskSpec = Field(description="The task: {name, params}.")
     agents: list[AgentEntry] = Field(description="Agents and agent templates (at most 256 "
                                      "agents).")
-    policies: dict[str, PolicySpec] = Field(
+    policies: dict[Name, PolicySpec] = Field(
         default_factory=lambda: {"default": PolicySpec()},
         description="Policies by name; agents naming the same policy share it.")
     topology: TopologySpec = Field(description="Who reads whom: a generator kind and its "
@@ -203,7 +223,7 @@ class Scenario(StrictModel):
     protocol: ProtocolSpec = Field(description="Rounds and the answer.")
     costs: CostSpec = Field(default_factory=CostSpec, description="Prices and the token "
                             "penalty.")
-    teams: dict[str, TeamSpec] | None = Field(
+    teams: dict[Name, TeamSpec] | None = Field(
         None, description="Competitive scenarios: two or more teams, each with its agents and "
         "answer; every agent is on exactly one team and gets its team's reward.")
     seed: int = Field(0, ge=0, description="Default seed of episodes.")
@@ -251,6 +271,11 @@ def _message(err: dict[str, Any], model: type[BaseModel]) -> tuple[tuple[int | s
                                   f"Valid keys: {', '.join(valid)}.")
     if kind == "missing":
         return loc, f"missing required key {loc[-1]!r}."
+    if kind == "string_pattern_mismatch":  # a name that becomes a path
+        rule = RULES.get(err["ctx"]["pattern"], err["ctx"]["pattern"])
+        at = (*loc[:-2], str(loc[-2])) if loc and loc[-1] == "[key]" else loc
+        return at, (f"invalid name {err['input']!r}: it becomes a file or directory name, so "
+                    f"use {rule}.")
     if loc and loc[-1] == "[key]":  # loc: (..., key, "[key]"); the key is a key, not an index
         return (*loc[:-2], str(loc[-2])), f"key {err['input']!r} must be a string; quote it."
     msg = msg.removeprefix("Value error, ")

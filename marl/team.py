@@ -21,6 +21,7 @@ from marl.policies.api_settings import check_api_fields
 from marl.policies.tiny_config import TinyConfig
 from marl.scenario import (
     MAX_AGENTS,
+    NAME_RULE,
     PolicySpec,
     Scenario,
     line_of,
@@ -35,7 +36,7 @@ from orchestration.cost import TokenPrice
 from orchestration.hints import did_you_mean, listing
 from orchestration.topologies import TopologyError, build
 
-AGENT_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,31}$")
+AGENT_ID = re.compile(NAME_RULE)
 
 
 @dataclass(frozen=True)

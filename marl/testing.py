@@ -3,7 +3,8 @@
 ``check_scenario(path)`` runs PettingZoo's ``parallel_api_test`` plus our own checks:
 observations inside their spaces, whole-episode determinism (PettingZoo's seed test
 compares only the first step), garbage actions never raising, and measured ledger totals
-equal to the cost model's prediction for scripted and random teams.
+equal to the cost model's prediction for scripted and random teams. A failed check raises
+:class:`ContractError` (explicitly: the checks hold under ``python -O`` too).
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ from marl.cost.predict import predict_range, predict_team
 from marl.env import TeamEnv, make_env
 from marl.runner import run
 from marl.team import Team, load_team
+
+
+class ContractError(AssertionError):
+    """A scenario or task breaks the environment contract; the message says where."""
+
+
+def require(ok: bool, message: str) -> None:
+    """Raise :class:`ContractError` with ``message`` unless ``ok``."""
+    if not ok:
+        raise ContractError(message)
+
 
 GARBAGE: tuple[Any, ...] = ("", "x" * 10_000, "héllo ünïcode ✓", "line\nbreak\r\x00", None, 42,
                             b"bytes", ["a", "list"], "\t\t", " " * 3)
@@ -32,7 +44,7 @@ def check_api(team: Team, seed: int = 0) -> None:
             env.action_space(a).seed(seed + i)
         while env.agents:
             for a, o in obs.items():
-                assert env.observation_space(a).contains(o), f"{a}: observation outside space"
+                require(env.observation_space(a).contains(o), f"{a}: observation outside its space")
             actions = {a: env.action_space(a).sample() for a in env.agents}
             obs, *_ = env.step(actions)
         obs, _ = env.reset()
@@ -60,7 +72,7 @@ def check_determinism(team: Team, seed: int = 0, episodes: int = 3) -> None:
     """Same seed -> identical observations, rewards, infos and ledgers for whole episodes."""
     first = trace(TeamEnv(team, seed=seed), episodes, seed)
     second = trace(TeamEnv(team, seed=seed), episodes, seed)
-    assert first == second, "same seed gave different episodes"
+    require(first == second, "the same seed gave different episodes")
 
 
 def check_garbage(team: Team, seed: int = 0) -> None:
@@ -76,12 +88,16 @@ def check_garbage(team: Team, seed: int = 0) -> None:
         _, rewards, _, _, infos = env.step(actions)
         for a, action in actions.items():
             row, flags = infos[a]["ledger"][0], infos[a]["flags"]
-            assert row.completion_tokens <= team.max_new_tokens(a)
+            require(row.completion_tokens <= team.max_new_tokens(a), f"{a}: {action!r} was "
+                    f"counted as {row.completion_tokens} tokens, over its limit")
             if not isinstance(action, str):
-                assert flags["invalid_type"] == type(action).__name__
+                require(flags.get("invalid_type") == type(action).__name__, f"{a}: a "
+                        f"{type(action).__name__} action was not flagged invalid_type")
             elif len(action) > team.max_new_tokens(a):
-                assert flags["truncated_from"] == len(action)
-    assert env.result is not None and env.result["score"] in (0.0, 1.0)
+                require(flags.get("truncated_from") == len(action), f"{a}: an over-long "
+                        "action was not flagged truncated_from")
+    require(env.result is not None and env.result["score"] in (0.0, 1.0),
+            f"garbage actions ended with result {env.result!r}, not a score of 0 or 1")
 
 
 def check_prediction(team: Team, policy: str, episodes: int = 4, seed: int = 0) -> None:
@@ -91,18 +107,21 @@ def check_prediction(team: Team, policy: str, episodes: int = 4, seed: int = 0) 
     if team.task.messages == "text":
         bounds = predict_range(team, backend=policy)
         for e, counts in result.ledger.per_episode().items():
-            assert bounds["min"].total.total <= counts.total <= bounds["max"].total.total, (
-                f"episode {e}: {counts.total} tokens outside the predicted range")
+            require(bounds["min"].total.total <= counts.total <= bounds["max"].total.total,
+                    f"episode {e}: {counts.total} tokens outside the predicted range")
         return
     pred = predict_team(team, backend=policy)
     for e, counts in result.ledger.per_episode().items():
-        assert counts == pred.total, f"episode {e}: measured {counts} != predicted {pred.total}"
+        require(counts == pred.total, f"episode {e}: measured {counts} != predicted {pred.total}")
     calls = result.ledger.group(lambda row: (row.episode, row.agent, row.round))
     for (e, a, r), counts in calls.items():
-        assert counts == pred.per_call[(a, r)], f"episode {e} {a} round {r + 1}"
+        require(counts == pred.per_call[(a, r)], f"episode {e}, {a}, round {r + 1}: measured "
+                f"{counts} != predicted {pred.per_call[(a, r)]}")
     per_edge = {k: v // episodes for k, v in result.ledger.per_edge().items()}
-    assert per_edge == {k: v for k, v in pred.per_edge.items() if v}
-    assert result.ledger.cost() == pred.cost * episodes
+    expected = {k: v for k, v in pred.per_edge.items() if v}
+    require(per_edge == expected, f"tokens per edge {per_edge} != predicted {expected}")
+    require(result.ledger.cost() == pred.cost * episodes, f"cost {result.ledger.cost()} != "
+            f"predicted {pred.cost * episodes}")
 
 
 def check_scenario(scenario: str | Path | Team, seed: int = 0) -> None:

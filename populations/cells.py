@@ -21,16 +21,25 @@ def _run(job: Job) -> dict[str, Any]:
     return run_cell(job)
 
 
-def execute_on_ray(jobs: Sequence[Job], address: str | None = None) -> Iterator[dict[str, Any]]:
+#: Seconds a sweep may go without any cell finishing before it stops with an error.
+STALL_S = 24 * 3600.0
+
+
+def execute_on_ray(jobs: Sequence[Job], address: str | None = None,
+                   stall_s: float = STALL_S) -> Iterator[dict[str, Any]]:
     """Rows of the jobs as they finish, each cell a Ray task (a plugin task's module goes
-    with them)."""
+    with them); an error when no cell finishes for ``stall_s`` seconds."""
     roots = {plugin_root(job.scenario["task"]["name"]) for job in jobs}
     with ray_session(address, modules=[root[0] for root in roots if root]):
         task = ray.remote(num_cpus=1, max_retries=0)(_run)
         pending = [task.remote(job) for job in jobs]
         try:
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
+                done, pending = ray.wait(pending, num_returns=1, timeout=stall_s)
+                if not done:
+                    raise MarlError(f"no sweep cell finished in {stall_s:g} s ({len(pending)} "
+                                    "still running): the cluster may be short of free CPUs, "
+                                    "or a cell hangs (see `ray status`).")
                 try:
                     yield ray.get(done[0])
                 except ray.exceptions.RayTaskError as exc:

@@ -178,6 +178,9 @@ class LeagueConfig(BaseModel):
     seed: int = Field(0, ge=0, description="Seed of the learner, its opponents and matches.")
     resources: Resources = Field(default_factory=Resources,
                                  description="What each match (a Ray task) asks Ray for.")
+    match_timeout_s: float = Field(3600.0, gt=0, description="Seconds a round of matches "
+                                   "(run in parallel) may take before the league stops with "
+                                   "an error.")
     train: dict[str, Any] = Field(default_factory=dict, description="TrainConfig overrides "
                                   "for the learner (its warm-up, lr, group size, ...).")
 

@@ -45,7 +45,7 @@ import ray
 from marl import seeds
 from marl.algorithms import learner_class
 from marl.algorithms.common import begin_rl
-from marl.cluster import ray_session, task_modules
+from marl.cluster import gather, ray_session, task_modules
 from marl.errors import MarlError
 from marl.io import append_jsonl, atomic_dir, atomic_write_json
 from marl.rollout import collect
@@ -68,7 +68,7 @@ def games(team: Team, first: dict, second: dict, episodes: int, seed: int) -> li
     return out
 
 
-@ray.remote
+@ray.remote(max_retries=3)  # a match is seeded: a retry after a lost worker plays it again
 def match(scenario: str, first: str, second: str, episodes: int, seed: int) -> list[float]:
     """:func:`games` between two saved players (checkpoint directories), on a Ray worker."""
     team = load_team(scenario)
@@ -128,9 +128,10 @@ class Player:
 def _matches(scenario: str, player: Path, opponents: list[Path], cfg: LeagueConfig,
              seed: int) -> list[float]:
     """``player``'s win rate against each opponent, the matches run as parallel Ray tasks."""
-    results = ray.get([match.options(num_cpus=cfg.resources.cpus).remote(
+    results = gather([match.options(num_cpus=cfg.resources.cpus).remote(
         scenario, str(player), str(o), cfg.match_episodes, derive_seed(seed, i))
-        for i, o in enumerate(opponents)])
+        for i, o in enumerate(opponents)], cfg.match_timeout_s,
+        f"the matches of {player.name} against {len(opponents)} players", "match_timeout_s")
     return [statistics.mean(r) for r in results]
 
 
@@ -209,9 +210,10 @@ def _round_robin(scenario: str, snapshots: list[Path], cfg: LeagueConfig, out: P
                  log: Callable[[str], None]) -> dict[str, Any]:
     names = [s.name for s in snapshots]
     pairs = list(itertools.combinations(range(len(snapshots)), 2))
-    results = ray.get([match.options(num_cpus=cfg.resources.cpus).remote(
+    results = gather([match.options(num_cpus=cfg.resources.cpus).remote(
         scenario, str(snapshots[i]), str(snapshots[j]), cfg.match_episodes,
-        derive_seed(cfg.seed, seeds.LEAGUE, i, j, 2)) for i, j in pairs])
+        derive_seed(cfg.seed, seeds.LEAGUE, i, j, 2)) for i, j in pairs], cfg.match_timeout_s,
+        f"the round robin's {len(pairs)} matches", "match_timeout_s")
     matrix: list[list[float | None]] = [[None] * len(names) for _ in names]
     if len(snapshots) < 2:
         log("the league has one snapshot: no round robin, no ratings to compare")

@@ -27,11 +27,16 @@ def train(
     from marl.algorithms.config import load_config
     from marl.cost.predict import predict_team
     from marl.team import load_team
+    from marl.training.resume import resumed_config
     from marl.training.trainer import Trainer
 
     team = load_team(scenario)
     cfg = load_config(config, [*sets, *(["wandb=true"] if use_wandb else [])])
     target = out_dir or Path("runs") / f"{team.name}-{cfg.algorithm}"
+    if resume:  # the run's own settings; the command line may only extend it
+        cfg, changes = resumed_config(target, cfg)
+        for change in changes:
+            out.print(f"resuming with {change} (recorded in config.yaml)", highlight=False)
     trainer = Trainer(team, cfg, target, resume=resume,
                       log=lambda msg: err.print(msg, highlight=False))
     episodes = cfg.episodes_per_iter * cfg.group_size

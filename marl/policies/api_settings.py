@@ -7,9 +7,11 @@ HTTP client (an optional extra).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from marl.errors import MarlError, Problem
 from orchestration.hints import listing
@@ -52,6 +54,13 @@ def check_api_fields(path: str, spec: PolicySpec) -> list[Problem]:
         out.append(Problem(f"{path}.base_url", f"{spec.base_url!r} is not an http(s) URL; "
                            "write it in full, e.g. http://127.0.0.1:8000/v1."))
     key_env = spec.api_key_env
+    if (key_env is not None and spec.base_url is not None and not spec.allow_plain_http
+            and not secure_endpoint(spec.base_url)):
+        out.append(Problem(f"{path}.base_url", f"{spec.base_url!r} is plain http to a host "
+                           "other than this machine, so the key in api_key_env would cross "
+                           "the network unencrypted. Use https, or a loopback address "
+                           "(127.0.0.1, localhost, an SSH tunnel), or set "
+                           "allow_plain_http: true if the network is trusted."))
     if key_env is not None and looks_like_secret(key_env):
         # Never echo the value: it may be a live key (and error output ends up in logs).
         out.append(Problem(f"{path}.api_key_env", f"this looks like a key ({key_env[:3]}…), "
@@ -64,6 +73,25 @@ def check_api_fields(path: str, spec: PolicySpec) -> list[Problem]:
                            "variable name (letters, digits and '_', not starting with a "
                            "digit), e.g. OPENAI_API_KEY."))
     return out
+
+
+def secure_endpoint(url: str) -> bool:
+    """Whether a key sent to ``url`` stays private: https, or http to this machine.
+
+    >>> [secure_endpoint(u) for u in ("https://api.x.ai/v1", "http://127.0.0.1:8000/v1",
+    ...                               "http://localhost/v1", "http://10.0.0.5:8000/v1")]
+    [True, True, True, False]
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return True
+    host = parts.hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def api_key(spec: PolicySpec) -> str | None:

@@ -32,6 +32,7 @@ derives from (seed, step), so on CPU the resumed metrics equal an uninterrupted 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import shutil
 import sys
 import time
@@ -68,6 +69,8 @@ from marl.training.wandb_run import wandb_run
 #: Settings that may change between steps (:meth:`Trainer.set`), as populations mutate them.
 MUTABLE = ("lr", "entropy_coef", "clip_low", "clip_high", "temperature", "penalty_per_1k",
            "topology")
+#: Rows a trainer keeps in memory (``Trainer.rows``); ``metrics.jsonl`` holds every row.
+RECENT = 1000
 
 
 class Trainer:
@@ -117,7 +120,7 @@ class Trainer:
         self._last_checkpoint = 0.0
         self._saved_step = -1
         self._step_start: float | None = None
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []  # the last RECENT rows; metrics.jsonl has all
         self.changed: dict[str, Any] = {}  # settings changed by set(), kept in checkpoints
         self._wandb = None
         if resume:
@@ -171,8 +174,22 @@ class Trainer:
             raise MarlError(f"{path} is not a complete checkpoint (missing "
                             f"{missing or 'state.pt'}); a checkpoint holds one folder per "
                             "trainable policy and state.pt.")
-        state = torch.load(path / "state.pt", weights_only=False)
-        self._load_weights(path)
+        try:  # tensors and plain data only: a planted pickle runs nothing, it is refused
+            state = torch.load(path / "state.pt", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            raise MarlError(f"{path / 'state.pt'} holds more than tensors and plain data, so "
+                            "it is not read (it was written by another program, or tampered "
+                            f"with): {str(exc).splitlines()[0]}") from None
+        except Exception as exc:  # truncated or damaged: torch raises several kinds
+            raise MarlError(f"{path / 'state.pt'} cannot be read ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else 'damaged'})") from None
+        try:
+            self._load_weights(path)
+        except MarlError:
+            raise
+        except Exception as exc:  # a truncated or damaged weights file
+            raise MarlError(f"the weights in {path} cannot be read ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else 'damaged'})") from None
         self.learner.load_state_dict(state["learner"])
         self.iteration, self.warmed, self.best, self.wall = (
             state["iteration"], state["warmed"], state["best"], state["wall"])
@@ -246,27 +263,31 @@ class Trainer:
         for stale in (self.out / "checkpoints").glob("warmup_*"):
             shutil.rmtree(stale)
 
-    def _latest(self) -> Path | None:
-        """The checkpoint furthest into the run: the last iteration's, else the end of the
-        warm-up, else the last warm-up step's."""
+    def _kept(self) -> list[Path]:
+        """The kept checkpoints, furthest into the run first: iterations, the end of the
+        warm-up, warm-up steps."""
         root = self.out / "checkpoints"
-        for pattern in ("iter_*", "warmup", "warmup_*"):
-            found = sorted(root.glob(pattern))
-            if found:
-                return found[-1]
-        return None
+        return [p for pattern in ("iter_*", "warmup", "warmup_*")
+                for p in sorted(root.glob(pattern), reverse=True)]
 
     def _resume(self) -> None:
-        last = self._latest()
-        if last is None:
+        kept = self._kept()
+        if not kept:
             self.log(f"resuming {self.out}: no checkpoint yet, starting from the beginning")
             self._truncate_logs()
             return
-        try:
-            self.restore(last)
-        except MarlError as exc:
-            raise MarlError(f"--resume: {exc} Delete that folder to resume from the one "
-                            "before.") from None
+        failures = []
+        for path in kept:  # a damaged checkpoint gives way to the one before it
+            try:
+                self.restore(path)
+                break
+            except MarlError as exc:
+                failures.append(str(exc))
+                self.log(f"--resume: {exc}; trying the checkpoint before it")
+        else:
+            raise MarlError(f"--resume: none of the {len(kept)} kept checkpoints of {self.out} "
+                            "can be read:\n  " + "\n  ".join(failures) + "\nDelete "
+                            f"{self.out / 'checkpoints'} (and metrics.jsonl) to start over.")
         self._truncate_logs()
         self.log(f"resuming {self.out} after {self._where()}")
 
@@ -286,9 +307,10 @@ class Trainer:
                     p.copy_(q)
 
     def _truncate_logs(self) -> None:
-        self.rows = [r for r in read_jsonl(self.out / "metrics.jsonl")
-                     if r["step"] <= self.step_count]
-        atomic_write_jsonl(self.out / "metrics.jsonl", self.rows)
+        rows = [r for r in read_jsonl(self.out / "metrics.jsonl", self.log, repair=True)
+                if isinstance(r, dict) and r.get("step", sys.maxsize) <= self.step_count]
+        atomic_write_jsonl(self.out / "metrics.jsonl", rows)
+        self.rows = rows[-RECENT:]
         for f in (self.out / "episodes").glob("*.jsonl"):
             kind, number = f.stem.rsplit("_", 1)
             if int(number) > (self.warmed if kind.endswith("warmup") else self.iteration):
@@ -312,8 +334,9 @@ class Trainer:
         self.wall += time.perf_counter() - self._step_start
         self._step_start = None
         row["wall_s"] = self.wall
-        self.rows.append(row)
         append_jsonl(self.out / "metrics.jsonl", row)
+        self.rows.append(row)
+        del self.rows[:-RECENT]  # a long run's memory stays bounded
         return row
 
     def _warmup_step(self) -> dict[str, Any]:

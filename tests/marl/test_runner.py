@@ -49,17 +49,32 @@ def test_checkpoint_weights_are_used(tmp_path):
     torch.manual_seed(123)
     trained = TinyLM(TinyConfig())  # stands in for weights written by training
     save_tiny(trained, tmp_path / "ckpt" / "speaker")
+    save_tiny(TinyLM(TinyConfig()), tmp_path / "ckpt" / "listener")
     fresh = build_policies(team, seed=0)
     loaded = build_policies(team, seed=0, checkpoint=tmp_path / "ckpt")
     for p, q in zip(loaded["speaker"].module.parameters(), trained.parameters(), strict=True):
         assert torch.equal(p, q)
     assert not torch.equal(next(fresh["speaker"].module.parameters()),
                            next(trained.parameters()))
-    assert loaded["listener"].module is not None  # untrained policy: fresh init
     a = collect(team, loaded, episodes=4, seed=0)
     b = collect(team, fresh, episodes=4, seed=0)
     speaker = a.slots(["speaker"])
     assert not torch.equal(a.logprobs[:, speaker], b.logprobs[:, speaker])
+
+
+def test_checkpoint_without_a_policy_is_refused(tmp_path):
+    """A checkpoint missing a model policy's weights would play it fresh: refused."""
+    save_tiny(TinyLM(TinyConfig()), tmp_path / "ckpt" / "speaker")
+    res = runner.invoke(app, ["run", scenario_with(tmp_path, backend="tiny"), "--checkpoint",
+                              str(tmp_path / "ckpt"), "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "no weights for policy 'listener' (it holds 'speaker')" in res.output
+    assert not (tmp_path / "run").exists()
+    # a backend that needs no weights plays from the same checkpoint
+    res = runner.invoke(app, ["run", scenario_with(tmp_path, backend="tiny"), "--checkpoint",
+                              str(tmp_path / "ckpt"), "--policy", "scripted", "--episodes", "2",
+                              "--out", str(tmp_path / "run2")])
+    assert res.exit_code == 0, res.output
 
 
 def test_missing_checkpoint_dir_is_a_clear_error(tmp_path):
