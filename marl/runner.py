@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marl.cost.ledger import Ledger
 from marl.cost.predict import MODEL_BACKENDS, predict_team, prediction_json
@@ -15,17 +15,21 @@ from marl.errors import MarlError
 from marl.policies import API_BACKENDS, BACKENDS, Policy, TeamBuild, build_policy
 from marl.rollout import collect
 from marl.team import Team
+
+if TYPE_CHECKING:
+    from marl.policies.api_cache import ResponseCache
 from orchestration.hints import did_you_mean, listing
 
 
 def build_policies(team: Team, override: str | None = None, seed: int = 0,
-                   checkpoint: Path | None = None, cache: Path | None = None
+                   checkpoint: Path | None = None, cache: Path | ResponseCache | None = None
                    ) -> dict[str, Policy]:
     """One policy object per scenario policy (agents sharing a policy share it), keyed by
     agent id. ``override`` replaces every policy's backend (e.g. ``random``);
     ``checkpoint`` is a directory with one trained-weights folder per policy name;
-    ``cache`` a directory where API policies store their responses and answer repeated
-    requests from (other backends ignore it)."""
+    ``cache`` a directory (or a :class:`ResponseCache` on one, to set its size cap) where
+    API policies store their responses and answer repeated requests from (other backends
+    ignore it)."""
     if override is not None and override not in BACKENDS:
         raise MarlError(f"unknown --policy {override!r}.{did_you_mean(override, list(BACKENDS))}"
                         f" Valid: {listing(list(BACKENDS))}.")
@@ -48,9 +52,10 @@ def build_policies(team: Team, override: str | None = None, seed: int = 0,
         from marl.policies.api import APIPolicy
         from marl.policies.api_cache import ResponseCache
 
+        store = cache if isinstance(cache, ResponseCache) else ResponseCache(cache)
         for p in by_name.values():
             if isinstance(p, APIPolicy):
-                p.cache = ResponseCache(cache)
+                p.cache = store
     return {a.id: by_name[a.policy] for a in team.agents}
 
 
@@ -108,7 +113,7 @@ def affordable(budget: Decimal, spent: Decimal, worst: Decimal, n: int) -> int:
 def run(team: Team, episodes: int, seed: int | None = None, policy: str | None = None,
         checkpoint: Path | None = None, batch_size: int = 64,
         on_episode: Callable[[int], None] | None = None,
-        cache: Path | None = None, split: str | None = None) -> RunResult:
+        cache: Path | ResponseCache | None = None, split: str | None = None) -> RunResult:
     """Play ``episodes`` episodes of the task's ``split`` (default: the one evaluations
     play, :attr:`Task.eval_split`) through the batched rollout engine, ``batch_size`` at a
     time; same seed, same results.

@@ -105,6 +105,9 @@ def run(
     cache: Path | None = typer.Option(None, help="API policies: store responses here by "
                                                  "request hash and answer repeated requests "
                                                  "from it (no HTTP, nothing paid)."),
+    cache_max_mb: float = typer.Option(2048, min=1, help="Size cap of --cache on disk; past "
+                                                         "it the least recently used "
+                                                         "responses are removed."),
     split: str | None = typer.Option(None, help="The task's instance split to play "
                                                 "(default: the one evaluations play)."),
 ) -> None:
@@ -116,6 +119,10 @@ def run(
 
     team = load_team(scenario)
     target = out_dir or Path("runs") / team.name
+    if cache is not None:
+        from marl.policies.api_cache import ResponseCache
+
+        cache = ResponseCache(cache, max_bytes=int(cache_max_mb * 2**20))
     with progress_bar(team.name, episodes, every=max(1, episodes // 10)) as tick:
         result = run_team(team, episodes, seed=seed, policy=policy, checkpoint=checkpoint,
                           batch_size=batch_size, cache=cache, split=split,

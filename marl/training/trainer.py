@@ -32,8 +32,6 @@ derives from (seed, step), so on CPU the resumed metrics equal an uninterrupted 
 from __future__ import annotations
 
 import dataclasses
-import pickle
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -46,22 +44,21 @@ import yaml
 from marl import seeds
 from marl.algorithms import learner_class, warmup
 from marl.algorithms.alphabets import check_alphabets
-from marl.algorithms.common import begin_rl, reference_weights, turn_order
+from marl.algorithms.common import begin_rl, turn_order
 from marl.algorithms.config import TrainConfig
 from marl.errors import MarlError
 from marl.io import (
     append_jsonl,
-    atomic_dir,
     atomic_write_json,
     atomic_write_jsonl,
     atomic_write_text,
-    read_jsonl,
 )
 from marl.overrides import validated
 from marl.policies.api_settings import refuse_training
 from marl.rollout import EpisodeBatch, collect
 from marl.runner import build_policies
 from marl.team import Team
+from marl.training.checkpoints import RECENT, Checkpoints
 from marl.training.curriculum import promoted, stage_name, stage_teams, variant
 from marl.training.rows import evaluation, iteration_figures
 from marl.training.wandb_run import wandb_run
@@ -69,11 +66,9 @@ from marl.training.wandb_run import wandb_run
 #: Settings that may change between steps (:meth:`Trainer.set`), as populations mutate them.
 MUTABLE = ("lr", "entropy_coef", "clip_low", "clip_high", "temperature", "penalty_per_1k",
            "topology")
-#: Rows a trainer keeps in memory (``Trainer.rows``); ``metrics.jsonl`` holds every row.
-RECENT = 1000
 
 
-class Trainer:
+class Trainer(Checkpoints):
     """Trains a team: ``step()`` runs one warm-up step or RL iteration, logs and
     checkpoints it; ``train()`` runs steps until the config's budget is spent.
 
@@ -142,73 +137,6 @@ class Trainer:
     def phase(self) -> str:
         return "warmup" if self.warmed < self.warmup_steps else "rl"
 
-    # -- checkpoints -------------------------------------------------------------------
-    def save(self, path: Path) -> Path:
-        """Write a checkpoint to the directory ``path`` (atomically): every trainable
-        policy's weights (loadable by ``marl run --checkpoint``), the optimizers, the
-        counters, the KL reference (and when it was set) and the settings changed by
-        :meth:`set`."""
-        def write(tmp: Path) -> None:
-            for t in self.learner.trainables:
-                t.policy.save(tmp / t.name)
-            torch.save({"iteration": self.iteration, "warmed": self.warmed,
-                        "habits": self.habits.table,
-                        "stage": self.stage, "stage_start": self.stage_start,
-                        "learner": self.learner.state_dict(), "best": self.best,
-                        "wall": self._now(), "settings": self.changed,
-                        "reference": reference_weights(self.learner.trainables),
-                        "reference_at": self.reference_at,
-                        "settled": self.settled}, tmp / "state.pt")
-
-        final = atomic_dir(path, write)
-        self._last_checkpoint, self._saved_step = self._now(), self.step_count
-        return final
-
-    def restore(self, path: Path) -> None:
-        """Continue from the checkpoint in ``path`` (written by :meth:`save`): weights,
-        optimizers, counters, curriculum stage and changed settings. The logs are left as
-        they are (``resume`` truncates them to the checkpoint)."""
-        path = Path(path)
-        missing = [t.name for t in self.learner.trainables if not (path / t.name).is_dir()]
-        if missing or not (path / "state.pt").is_file():
-            raise MarlError(f"{path} is not a complete checkpoint (missing "
-                            f"{missing or 'state.pt'}); a checkpoint holds one folder per "
-                            "trainable policy and state.pt.")
-        try:  # tensors and plain data only: a planted pickle runs nothing, it is refused
-            state = torch.load(path / "state.pt", weights_only=True)
-        except pickle.UnpicklingError as exc:
-            raise MarlError(f"{path / 'state.pt'} holds more than tensors and plain data, so "
-                            "it is not read (it was written by another program, or tampered "
-                            f"with): {str(exc).splitlines()[0]}") from None
-        except Exception as exc:  # truncated or damaged: torch raises several kinds
-            raise MarlError(f"{path / 'state.pt'} cannot be read ({type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else 'damaged'})") from None
-        try:
-            self._load_weights(path)
-        except MarlError:
-            raise
-        except Exception as exc:  # a truncated or damaged weights file
-            raise MarlError(f"the weights in {path} cannot be read ({type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else 'damaged'})") from None
-        self.learner.load_state_dict(state["learner"])
-        self.iteration, self.warmed, self.best, self.wall = (
-            state["iteration"], state["warmed"], state["best"], state["wall"])
-        self.stage, self.stage_start = state["stage"], state["stage_start"]
-        self.reference_at = state.get("reference_at", 0)
-        self.settled = state.get("settled", False)  # its eps came back with the optimizers
-        self.habits = warmup.Habits(self.cfg.seed, state["habits"],
-                             ciphers=self.cfg.warmup_prior == "ciphers")
-        self.changed = {}
-        self.set(**state.get("settings", {}))  # also points the learner at the stage's team
-        if self.phase == "rl":
-            reference = state.get("reference")
-            if not reference:  # written before checkpoints carried their reference
-                warm = self.out / "checkpoints" / "warmup"
-                reference = self._weights(warm if warm.is_dir() else None)
-            begin_rl(self.learner.trainables, self.cfg, reference=reference,
-                     reset_optimizer=False)
-        self._last_checkpoint, self._saved_step = self.wall, self.step_count
-
     def set(self, **settings: Any) -> None:
         """Change settings between steps (names in :data:`MUTABLE`): ``lr`` (every
         optimizer's learning rate), ``entropy_coef``, ``clip_low``, ``clip_high``,
@@ -243,83 +171,6 @@ class Trainer:
                 t.policy.sampling = dataclasses.replace(t.policy.sampling,
                                                         temperature=float(temperature))
         self.changed.update(settings)
-
-    def _checkpoint(self, is_best: bool = False) -> None:
-        prefix = "warmup_" if self.phase == "warmup" else "iter_"
-        count = self.warmed if self.phase == "warmup" else self.iteration
-        self.save(self.out / "checkpoints" / f"{prefix}{count:06d}")
-        if is_best:
-            self.save(self.out / "checkpoints" / "best")
-        kept = sorted((self.out / "checkpoints").glob(f"{prefix}*"))
-        for stale in kept[: -self.cfg.keep_checkpoints]:
-            shutil.rmtree(stale)
-
-    def _finish_warmup(self) -> None:
-        """The warm-up's last step: keep its model as ``checkpoints/warmup`` (the format-only
-        team, and the reference of the KL term), drop the intermediate ones, start RL."""
-        begin_rl(self.learner.trainables, self.cfg)
-        self.habits = warmup.Habits(self.cfg.seed)  # learnt; RL never needs them again
-        self.save(self.out / "checkpoints" / "warmup")
-        for stale in (self.out / "checkpoints").glob("warmup_*"):
-            shutil.rmtree(stale)
-
-    def _kept(self) -> list[Path]:
-        """The kept checkpoints, furthest into the run first: iterations, the end of the
-        warm-up, warm-up steps."""
-        root = self.out / "checkpoints"
-        return [p for pattern in ("iter_*", "warmup", "warmup_*")
-                for p in sorted(root.glob(pattern), reverse=True)]
-
-    def _resume(self) -> None:
-        kept = self._kept()
-        if not kept:
-            self.log(f"resuming {self.out}: no checkpoint yet, starting from the beginning")
-            self._truncate_logs()
-            return
-        failures = []
-        for path in kept:  # a damaged checkpoint gives way to the one before it
-            try:
-                self.restore(path)
-                break
-            except MarlError as exc:
-                failures.append(str(exc))
-                self.log(f"--resume: {exc}; trying the checkpoint before it")
-        else:
-            raise MarlError(f"--resume: none of the {len(kept)} kept checkpoints of {self.out} "
-                            "can be read:\n  " + "\n  ".join(failures) + "\nDelete "
-                            f"{self.out / 'checkpoints'} (and metrics.jsonl) to start over.")
-        self._truncate_logs()
-        self.log(f"resuming {self.out} after {self._where()}")
-
-    def _weights(self, checkpoint: Path | None) -> dict[str, list[torch.Tensor]]:
-        """Parameters of each trainable policy saved in ``checkpoint`` (None: the initial
-        weights of this run's seed)."""
-        seed = 0 if checkpoint is not None else seeds.derive_seed(self.cfg.seed, seeds.INIT)
-        saved = build_policies(self.teams[0], seed=seed, checkpoint=checkpoint)
-        return {t.name: [p.detach() for p in saved[t.agents[0]].parameters()]
-                for t in self.learner.trainables}
-
-    def _load_weights(self, checkpoint: Path) -> None:
-        weights = self._weights(checkpoint)
-        for t in self.learner.trainables:
-            with torch.no_grad():
-                for p, q in zip(t.policy.parameters(), weights[t.name], strict=True):
-                    p.copy_(q)
-
-    def _truncate_logs(self) -> None:
-        rows = [r for r in read_jsonl(self.out / "metrics.jsonl", self.log, repair=True)
-                if isinstance(r, dict) and r.get("step", sys.maxsize) <= self.step_count]
-        atomic_write_jsonl(self.out / "metrics.jsonl", rows)
-        self.rows = rows[-RECENT:]
-        for f in (self.out / "episodes").glob("*.jsonl"):
-            kind, number = f.stem.rsplit("_", 1)
-            if int(number) > (self.warmed if kind.endswith("warmup") else self.iteration):
-                f.unlink()
-
-    def _where(self) -> str:
-        if self.phase == "warmup":
-            return f"warm-up step {self.warmed} of {self.warmup_steps}"
-        return f"iteration {self.iteration}"
 
     # -- the loop ------------------------------------------------------------------------
     def evaluate(self, sampled: bool = False, habits: warmup.Habits | None = None
