@@ -15,6 +15,16 @@ from typing import Any
 from marl.errors import MarlError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: The process's umask, read once (reading it means setting it, which threads would race).
+UMASK = _umask()
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to a temporary file beside ``path``, fsync it, then rename it over."""
     return atomic_write_lines(path, [text])
@@ -38,6 +48,7 @@ def _atomic(path: str | Path, mode: str, write: Callable[[Any], Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp makes 0600: give the usual permissions
         with os.fdopen(fd, mode) as f:
             write(f)
             f.flush()
@@ -96,7 +107,8 @@ def append_jsonl(path: str | Path, row: Any) -> None:
         try:
             written = os.write(fd, data)
             if written != len(data):
-                raise OSError(errno.ENOSPC, f"only {written} of {len(data)} bytes written")
+                raise OSError(errno.ENOSPC, f"only {written} of {len(data)} bytes written",
+                              str(path))
             os.fsync(fd)
         except OSError:
             os.ftruncate(fd, size)
@@ -115,6 +127,7 @@ def atomic_dir(path: str | Path, write: Callable[[Path], None]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp.chmod(0o777 & ~UMASK)
     old = tmp.with_suffix(".old")
     try:
         write(tmp)
@@ -130,6 +143,29 @@ def atomic_dir(path: str | Path, write: Callable[[Path], None]) -> Path:
     fsync_dir(path.parent)
     shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def recover(root: Path) -> list[str]:
+    """Finish what a killed :func:`atomic_dir` or :func:`atomic_write_text` left in ``root``:
+    an old version caught between its two renames goes back into place (nothing newer
+    made it), half-written temporaries are removed. Returns what was done, a line each."""
+    done = []
+    if not root.is_dir():
+        return done
+    for entry in sorted(root.glob(".*.old")):
+        name = entry.name[1:].removesuffix(".old").rsplit(".", 1)[0]
+        if not (root / name).exists():
+            os.replace(entry, root / name)
+            done.append(f"restored {root / name} (a write of it was interrupted)")
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+    for entry in sorted(root.glob(".*.tmp")):
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        done.append(f"removed {entry.name}, left half-written by an interrupted run")
+    return done
 
 
 def read_jsonl(path: Path, log: Callable[[str], None] | None = None,

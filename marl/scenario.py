@@ -30,6 +30,9 @@ from marl.errors import Problem, ScenarioError
 from orchestration.hints import did_you_mean
 
 MAX_AGENTS = 256
+#: Limits of a scenario file: characters, and values once its aliases are expanded.
+MAX_FILE_CHARS = 4 * 2**20
+MAX_NODES = 200_000
 #: Names that become file or directory names (agent ids, policy and team keys): a letter,
 #: then up to 31 letters, digits, '_' or '-'; no separator, no '..', nothing hidden.
 NAME_RULE = r"^[A-Za-z][A-Za-z0-9_\-]{0,31}$"
@@ -327,6 +330,41 @@ def _index_lines(node: yaml.Node, loc: tuple = (), out: dict | None = None,
     return out
 
 
+def _check_expansion(node: yaml.Node | None, source: str) -> None:
+    """Refuse a document whose aliases (``*a``) expand it past :data:`MAX_NODES` nodes, or
+    into itself: a "billion laughs" file is small on disk and in memory (aliases share),
+    but anything that walks it (printing a value in an error, copying it) expands it."""
+    sizes: dict[int, int] = {}
+    busy: set[int] = set()
+
+    def size(n: yaml.Node) -> int:
+        key = id(n)
+        if key in sizes:
+            return sizes[key]
+        if key in busy:
+            raise ScenarioError(source, [Problem("", "an alias refers to a node that holds "
+                                                 "it (a recursive alias); write the data "
+                                                 "out instead.", n.start_mark.line + 1)])
+        busy.add(key)
+        total = 1
+        if isinstance(n, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in n.value)
+        elif isinstance(n, yaml.SequenceNode):
+            total += sum(size(v) for v in n.value)
+        if total > MAX_NODES:
+            raise ScenarioError(source, [Problem("", f"the document expands to more than "
+                                                 f"{MAX_NODES:,} values (through aliases, "
+                                                 "*name); a scenario is far smaller: write "
+                                                 "it out without nested aliases.",
+                                                 n.start_mark.line + 1)])
+        busy.discard(key)
+        sizes[key] = total
+        return total
+
+    if node is not None:
+        size(node)
+
+
 def read_yaml(path: str | Path) -> tuple[Any, dict[tuple, int]]:
     """Parse a YAML file; returns the data and a key-path -> line index."""
     source = str(path)
@@ -339,9 +377,15 @@ def read_yaml(path: str | Path) -> tuple[Any, dict[tuple, int]]:
         problem = Problem("", f"the file is not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
                           f"offset {exc.start}); save it as UTF-8.")
         raise ScenarioError(source, [problem]) from None
+    if len(text) > MAX_FILE_CHARS:
+        raise ScenarioError(source, [Problem("", f"the file holds {len(text):,} characters, "
+                                             f"more than a scenario's limit of "
+                                             f"{MAX_FILE_CHARS:,}; keep data (problems, "
+                                             "documents) in files the task reads.")])
     try:
-        data = yaml.safe_load(text)
         node = yaml.compose(text)
+        _check_expansion(node, source)  # before anything walks the data aliases share
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else None

@@ -147,9 +147,10 @@ def _expand_agents(scn: Scenario, problems: list[Problem]) -> list[Agent]:
             problems.append(Problem(f"{path}.id", f"a template with count needs '{{i}}' in its "
                                     f"id (e.g. 'w{{i}}'), got {entry.id!r}."))
             continue
-        elif entry.count > MAX_AGENTS:
-            problems.append(Problem(f"{path}.count", f"{entry.count} agents exceed the limit "
-                                    f"of {MAX_AGENTS}; use a smaller count."))
+        elif len(agents) + entry.count > MAX_AGENTS:  # checked before any id is made
+            problems.append(Problem(f"{path}.count", f"{entry.count:,} agents (after "
+                                    f"{len(agents)} before it) exceed the limit of "
+                                    f"{MAX_AGENTS}; use a smaller count."))
             continue
         else:
             ids = [entry.id.replace("{i}", str(entry.start + k)) for k in range(entry.count)]

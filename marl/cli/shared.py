@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import sys
 from collections.abc import Callable
@@ -27,8 +28,23 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         except MarlError as exc:
             err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
             raise typer.Exit(2) from None
+        except OSError as exc:  # the machine's, not the input's: a full disk, a permission
+            err.print(f"[bold red]error:[/] {escape(os_problem(exc))}", markup=True,
+                      highlight=False)
+            raise typer.Exit(2) from None
 
     return wrapper
+
+
+def os_problem(exc: OSError) -> str:
+    """What a failed file operation means for the user, and what to do."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return (f"the disk is full, or a file size limit was reached{where}: "
+                f"{exc.strerror or exc}. Every file is written whole or not at all, so "
+                "nothing complete was lost: free some space, then run the command again "
+                "(`marl train --resume` continues from the last complete checkpoint).")
+    return f"{exc.strerror or exc}{where}; check the path and its permissions."
 
 
 def need_ray_extra(command: str = "marl population", extra: str = "ray",

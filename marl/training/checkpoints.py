@@ -21,7 +21,7 @@ from marl import seeds
 from marl.algorithms import warmup
 from marl.algorithms.common import begin_rl, reference_weights
 from marl.errors import MarlError
-from marl.io import atomic_dir, atomic_write_jsonl, read_jsonl
+from marl.io import atomic_dir, atomic_write_jsonl, read_jsonl, recover
 from marl.runner import build_policies
 
 #: Rows a trainer keeps in memory (``Trainer.rows``); ``metrics.jsonl`` holds every row.
@@ -49,7 +49,16 @@ class Checkpoints:
                         "reference_at": self.reference_at,
                         "settled": self.settled}, tmp / "state.pt")
 
-        final = atomic_dir(path, write)
+        try:
+            final = atomic_dir(path, write)
+        except OSError:
+            raise
+        except Exception as exc:  # torch and safetensors report a failed write their own way
+            raise MarlError(f"writing the checkpoint {path} failed ({type(exc).__name__}: "
+                            f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}); "
+                            "the disk may be full, or a file size limit reached. The "
+                            "checkpoints before it are whole: free some space, then continue "
+                            "with --resume.") from None
         self._last_checkpoint, self._saved_step = self._now(), self.step_count
         return final
 
@@ -125,6 +134,8 @@ class Checkpoints:
                 for p in sorted(root.glob(pattern), reverse=True)]
 
     def _resume(self) -> None:
+        for note in [*recover(self.out), *recover(self.out / "checkpoints")]:
+            self.log(f"--resume: {note}")
         kept = self._kept()
         if not kept:
             self.log(f"resuming {self.out}: no checkpoint yet, starting from the beginning")

@@ -1,6 +1,8 @@
-"""Resume against damaged and hostile checkpoints: a planted pickle runs nothing, a truncated
-state or weights file gives way to the checkpoint before it (and the run then ends as an
-uninterrupted one does, bit for bit), and when nothing can be read the message says so."""
+"""Resume against damaged and hostile run directories: a planted pickle runs nothing; a
+truncated state, weights or adapter file gives way to the checkpoint before it (and the run
+then ends as an uninterrupted one does, bit for bit); a torn line in the middle of
+metrics.jsonl is repaired; when nothing can be read, or config.yaml was edited into
+nonsense, the message says so; resume keeps the run's own settings."""
 
 import json
 import os
@@ -62,7 +64,7 @@ def test_a_planted_pickle_is_refused_and_runs_nothing(full, tmp_path):
     killed(team, out)
     marker = tmp_path / "pwned"
     with open(out / "checkpoints" / "iter_000004" / "state.pt", "wb") as f:
-        pickle.dump({"iteration": Planted(marker)}, f)
+        pickle.dump({"iteration": Planted(marker)}, f, protocol=2)
     notes = []
     resumed = Trainer(team, CFG, out, resume=True, log=notes.append)
     assert not marker.exists()
@@ -82,6 +84,62 @@ def test_a_truncated_newest_checkpoint_gives_way_to_the_one_before(full, tmp_pat
     notes = []
     resumed = Trainer(team, CFG, out, resume=True, log=notes.append)
     assert resumed.iteration == 3 and any("cannot be read" in n for n in notes)
+    resumed.train()
+    assert rows(out) == expected
+
+
+def test_a_torn_line_in_the_middle_of_the_metrics_is_repaired(full, tmp_path):
+    """A cut-off row with a whole one appended onto it (what an older version could leave
+    after a full disk): resume drops the torn part, keeps the glued row, and says so."""
+    team, expected = full
+    out = tmp_path / "run"
+    killed(team, out)
+    lines = (out / "metrics.jsonl").read_text().splitlines(keepends=True)
+    lines[3] = lines[3][: len(lines[3]) // 2] + lines[4]  # row 4 torn, row 5 glued on
+    del lines[4]
+    (out / "metrics.jsonl").write_text("".join(lines))
+    notes = []
+    resumed = Trainer(team, CFG, out, resume=True, log=notes.append)
+    assert any(":4: dropped a damaged line (kept the whole row after it)" in n for n in notes)
+    resumed.train()
+    assert rows(out) == expected[:3] + expected[4:]  # only the torn row is gone
+
+
+def test_a_truncated_lora_adapter_gives_way_to_the_checkpoint_before(tmp_path):
+    pytest.importorskip("peft")
+    from marl.policies.hf_local import build_tiny_hf
+    from tests.marl.policies.test_shared import SMALL, gather_team
+
+    team = gather_team(build_tiny_hf(tmp_path / "base", hidden_size=64, num_heads=2))
+    cfg = TrainConfig(**{**SMALL, "checkpoint_every": 1, "keep_checkpoints": 2})
+    Trainer(team, cfg, tmp_path / "full", log=lambda m: None).train()
+    out = tmp_path / "run"
+    Trainer(team, cfg, out, log=lambda m: None).train()
+    adapter = out / "checkpoints" / "iter_000004" / "w2" / "adapter_model.safetensors"
+    adapter.write_bytes(adapter.read_bytes()[:100])
+    notes = []
+    resumed = Trainer(team, CFG.model_copy(update=cfg.model_dump()), out, resume=True,
+                      log=notes.append)
+    assert resumed.iteration == 3 and any("cannot be read" in n for n in notes)
+    resumed.train()
+    assert rows(out) == rows(tmp_path / "full")
+
+
+def test_a_checkpoint_caught_between_its_two_renames_is_put_back(full, tmp_path):
+    """Killed while replacing `best`: the old version was moved aside and the new one not
+    yet moved in (and a half-written one is lying about): resume puts the old one back."""
+    team, expected = full
+    out = tmp_path / "run"
+    killed(team, out)
+    root = out / "checkpoints"
+    before = (root / "best" / "state.pt").read_bytes()
+    (root / "best").rename(root / ".best.k2x9q.old")
+    (root / ".iter_000005.a8d1r.tmp" / "speaker").mkdir(parents=True)
+    notes = []
+    resumed = Trainer(team, CFG, out, resume=True, log=notes.append)
+    assert (root / "best" / "state.pt").read_bytes() == before
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".")) == []
+    assert any("restored" in n for n in notes) and any("half-written" in n for n in notes)
     resumed.train()
     assert rows(out) == expected
 
