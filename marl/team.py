@@ -148,7 +148,7 @@ def _expand_agents(scn: Scenario, problems: list[Problem]) -> list[Agent]:
                                     f"id (e.g. 'w{{i}}'), got {entry.id!r}."))
             continue
         elif len(agents) + entry.count > MAX_AGENTS:  # checked before any id is made
-            problems.append(Problem(f"{path}.count", f"{entry.count:,} agents (after "
+            problems.append(Problem(f"{path}.count", f"{entry.count} agents (after "
                                     f"{len(agents)} before it) exceed the limit of "
                                     f"{MAX_AGENTS}; use a smaller count."))
             continue

@@ -211,11 +211,17 @@ CASES = [
      ["100000", f"limit of {MAX_AGENTS}"]),
     ("too many agents in all", appending("agents", value={"count": 255, "id": "x{i}",
                                                           "policy": "worker"}),
-     "agents", ["259 agents", f"limit of {MAX_AGENTS}"]),
+     "agents[2].count", ["255 agents (after 4 before it)", f"limit of {MAX_AGENTS}"]),
     ("max_new_tokens out of range", setting("policies", "lead", "max_new_tokens", value=0),
      "policies.lead.max_new_tokens", ["(got 0)"]),
     ("negative token price", setting("costs", "input_cost_per_token", value=-1e-6),
      "costs.input_cost_per_token", ["-1e-06", "greater than or equal to 0"]),
+    # names that become paths
+    ("scenario name escapes", setting("name", value="../../escape"), "name",
+     ["invalid name '../../escape'", "becomes a file or directory name"]),
+    ("hidden scenario name", setting("name", value=".hidden"), "name", ["'.hidden'"]),
+    ("policy key escapes", lambda d: d["policies"].__setitem__("../p", {"backend": "random"}),
+     "policies.../p", ["invalid name '../p'", "a letter then up to 31"]),
     # agent ids
     ("template id without {i}", setting("agents", 1, "id", value="w"), "agents[1].id",
      ["'w'", "{i}"]),
