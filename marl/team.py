@@ -218,8 +218,8 @@ BACKEND_FIELDS: dict[str, tuple[str, ...]] = {
     "engine": ("vllm",),
     "chat_template_kwargs": ("hf", "vllm", *API_BACKENDS),
     **dict.fromkeys(("path", "dtype", "device", "top_k"), ("tiny", "hf", "vllm")),
-    **dict.fromkeys(("base_url", "api_key_env", "api", "max_concurrency", "timeout_s",
-                     "max_retries"), API_BACKENDS),
+    **dict.fromkeys(("base_url", "api_key_env", "allow_plain_http", "api", "max_concurrency",
+                     "timeout_s", "max_retries"), API_BACKENDS),
 }
 #: Model settings that scripted and random policies have always tolerated (a scenario can
 #: switch a policy to scripted and keep its preset); only an API backend refuses them.

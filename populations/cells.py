@@ -26,9 +26,11 @@ STALL_S = 24 * 3600.0
 
 
 def execute_on_ray(jobs: Sequence[Job], address: str | None = None,
-                   stall_s: float = STALL_S) -> Iterator[dict[str, Any]]:
+                   stall_s: float | None = None) -> Iterator[dict[str, Any]]:
     """Rows of the jobs as they finish, each cell a Ray task (a plugin task's module goes
-    with them); an error when no cell finishes for ``stall_s`` seconds."""
+    with them); an error when no cell finishes for ``stall_s`` seconds (default
+    :data:`STALL_S`)."""
+    stall_s = STALL_S if stall_s is None else stall_s
     roots = {plugin_root(job.scenario["task"]["name"]) for job in jobs}
     with ray_session(address, modules=[root[0] for root in roots if root]):
         task = ray.remote(num_cpus=1, max_retries=0)(_run)

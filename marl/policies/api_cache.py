@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,13 @@ class ResponseCache:
     def __init__(self, root: str | Path, max_bytes: int = MAX_BYTES):
         self.root, self.max_bytes = Path(root), max_bytes
         self._size: int | None = None  # bytes on disk, counted at the first write
+        self._last_ns = 0
+
+    def _touch(self, path: Path) -> None:
+        """Mark ``path`` used now: its mtime, strictly later than any marked before in
+        this process (a coarse clock would tie, and eviction would pick by chance)."""
+        self._last_ns = max(time.time_ns(), self._last_ns + 1)
+        os.utime(path, ns=(self._last_ns, self._last_ns))
 
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
@@ -56,7 +64,7 @@ class ResponseCache:
         path = self._path(key)
         try:
             response = json.loads(path.read_text())["response"]
-            os.utime(path)
+            self._touch(path)
             return response
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -74,6 +82,7 @@ class ResponseCache:
         if self._size + size > self.max_bytes:
             self._evict(self.max_bytes * 9 // 10 - size)
         atomic_write_text(path, text)
+        self._touch(path)
         self._size += size
 
     def _files(self) -> list[Path]:
@@ -87,7 +96,7 @@ class ResponseCache:
                 st = f.stat()
             except OSError:
                 continue
-            aged.append((st.st_mtime, st.st_size, f))
+            aged.append((st.st_mtime_ns, st.st_size, f))
         aged.sort()
         total = sum(size for _, size, _ in aged)
         for _, size, f in aged:

@@ -151,6 +151,23 @@ def test_cache_answers_without_http(tmp_path):
     assert len(list(tmp_path.glob("*/*.json"))) == 2
 
 
+def test_the_cache_on_disk_stays_under_its_cap_dropping_the_least_recently_used(tmp_path):
+    cache = ResponseCache(tmp_path, max_bytes=4000)
+    body = {"prompt": "x" * 300}
+    for i in range(3):
+        cache.put(f"{i:064x}", "http://h/v1", {**body, "i": i}, {"n": i})
+    size = lambda: sum(f.stat().st_size for f in tmp_path.glob("*/*.json"))  # noqa: E731
+    assert cache.get(f"{0:064x}") == {"n": 0}  # used again: now the most recent
+    time_order = sorted(tmp_path.glob("*/*.json"), key=lambda f: f.stat().st_mtime_ns)
+    assert time_order[-1].stem == f"{0:064x}"
+    for i in range(3, 12):
+        cache.put(f"{i:064x}", "http://h/v1", {**body, "i": i}, {"n": i})
+        assert size() <= 4000
+    assert cache.get(f"{11:064x}") == {"n": 11} and cache.get(f"{1:064x}") is None
+    cache.put("f" * 64, "http://h/v1", {"prompt": "y" * 5000}, {})  # bigger than the cap
+    assert cache.get("f" * 64) is None and size() <= 4000
+
+
 def test_missing_httpx_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "httpx", None)
     p = policy("http://127.0.0.1:9/v1")
@@ -189,6 +206,18 @@ def test_openai_needs_model_and_base_url():
     text = problems(backend="openai")
     assert "policies.lead.model" in text and "policies.lead.base_url" in text
     assert "not an http(s) URL" in problems(**{**OPENAI, "base_url": "127.0.0.1:8000"})
+
+
+def test_a_key_over_plain_http_to_another_host_is_refused_unless_allowed():
+    remote = {**OPENAI, "base_url": "http://10.0.0.5:8000/v1", "api_key_env": "KEY"}
+    text = problems(**remote)
+    assert "policies.lead.base_url" in text and "unencrypted" in text
+    assert "allow_plain_http: true" in text
+    load_team(scenario(**remote, allow_plain_http=True))  # a trusted network: the user says
+    load_team(scenario(**{**remote, "base_url": "https://10.0.0.5:8000/v1"}))
+    load_team(scenario(**{**remote, "base_url": "http://localhost:8000/v1"}))
+    load_team(scenario(**{**remote, "api_key_env": None}))  # no key, nothing to leak
+    assert "allow_plain_http` applies to the" in problems(backend="tiny", allow_plain_http=True)
 
 
 @pytest.mark.parametrize(("lead", "field"), [
