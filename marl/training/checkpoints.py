@@ -76,7 +76,7 @@ class Checkpoints:
             state = torch.load(path / "state.pt", weights_only=True)
         except pickle.UnpicklingError as exc:
             raise MarlError(f"{path / 'state.pt'} holds more than tensors and plain data, so "
-                            "it is not read (it was written by another program, or tampered "
+                            "it is not read (written by another program, or tampered "
                             f"with): {str(exc).splitlines()[0]}") from None
         except Exception as exc:  # truncated or damaged: torch raises several kinds
             raise MarlError(f"{path / 'state.pt'} cannot be read ({type(exc).__name__}: "
