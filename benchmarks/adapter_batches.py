@@ -1,6 +1,6 @@
 """Several LoRA adapters on one base, on a CPU: one forward over a batch that mixes the
-adapters (peft's ``adapter_names``, one adapter per row) against one forward per adapter
-(what the rollout engine does: each policy's calls are a batch of their own).
+adapters (peft's ``adapter_names``, one adapter per row) against one forward per adapter.
+(Whole rollouts, which prefill apart and decode mixed: ``adapter_rollout.py``.)
 
     python benchmarks/adapter_batches.py [--adapters 4] [--rows 8] [--length 64]
 

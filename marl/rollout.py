@@ -25,6 +25,7 @@ from marl.cost.ledger import Ledger, LedgerRow, Usage
 from marl.env import TeamEnv
 from marl.errors import MarlError
 from marl.policies import Completion, Policy, Request
+from marl.policies.mixed import base_of, generate_together
 from marl.seeds import derive_seed, instance_seed
 from marl.team import Team
 from marl.tokenizer import common_prefix
@@ -161,15 +162,45 @@ def _generate(name: str, policy: Policy, requests: list[Request],
     return out
 
 
+def _answer(batches: dict[int, tuple[Policy, list, list[Request]]], names: dict[int, str],
+            greedy: bool, mix: bool) -> dict[int, list[Completion]]:
+    """Each policy's completions of its requests; LoRA policies on one shared base
+    generate together (:mod:`marl.policies.mixed`) when ``mix``."""
+    answers: dict[int, list[Completion]] = {}
+    together: dict[int, list[int]] = {}
+    for key, (policy, _, _) in batches.items():
+        base = base_of(policy) if mix else None
+        together.setdefault(id(base) if base is not None else key, []).append(key)
+    for keys in together.values():
+        if len(keys) == 1:
+            policy, _, reqs = batches[keys[0]]
+            answers[keys[0]] = _generate(names[keys[0]], policy, reqs, greedy)
+            continue
+        try:
+            out = generate_together([batches[k][0] for k in keys],
+                                    [batches[k][2] for k in keys], greedy)
+        except MarlError:
+            raise
+        except Exception as exc:
+            who = ", ".join(repr(names[k]) for k in keys)
+            raise PolicyError(f"policies {who} (adapters on one base) failed while generating "
+                              f"together: {type(exc).__name__}: {exc}. The batch was "
+                              "discarded; check their settings in the scenario.") from exc
+        answers.update(zip(keys, out, strict=True))
+    return answers
+
+
 def collect(team: Team, policies: Mapping[str, Policy], episodes: int, group_size: int = 1,
             seed: int = 0, greedy: bool = False, first_instance: int = 0,
-            split: str = "train") -> EpisodeBatch:
+            split: str = "train", mix_adapters: bool = True) -> EpisodeBatch:
     """Play ``episodes`` task instances ``group_size`` times each, all in one batch.
 
     ``policies`` maps agent ids to policies (agents sharing a policy object are batched
     together). Instance ``i`` is drawn from the task's ``split`` with
     ``instance_seed(seed, first_instance + i)``; policies are reseeded from ``seed``, so
-    the same seed gives an identical batch. A completion with an ``error`` (a remote call
+    the same seed gives an identical batch. LoRA policies on one shared base that act in
+    the same layer decode in one batch unless ``mix_adapters`` is False (the same samples
+    either way, up to float rounding). A completion with an ``error`` (a remote call
     that finally failed) fails its episode, which plays on without further requests; the
     other episodes are not affected.
     """
@@ -200,13 +231,12 @@ def collect(team: Team, policies: Mapping[str, Policy], episodes: int, group_siz
             by_policy: dict[int, list[tuple[int, str]]] = {}
             for a in acting:
                 by_policy.setdefault(id(policies[a]), []).extend((b, a) for b in live)
-            for key, pairs in by_policy.items():
-                if not pairs:
-                    continue
-                policy = policies[pairs[0][1]]
-                reqs = [Request(a, obs[b][a], infos[b][a]["final_call"]) for b, a in pairs]
-                out = _generate(names[key], policy, reqs, greedy)
-                for (b, a), c in zip(pairs, out, strict=True):
+            batches = {key: (policies[pairs[0][1]], pairs, [
+                Request(a, obs[b][a], infos[b][a]["final_call"]) for b, a in pairs])
+                for key, pairs in by_policy.items() if pairs}
+            answers = _answer(batches, names, greedy, mix_adapters)
+            for key, (_, pairs, _) in batches.items():
+                for (b, a), c in zip(pairs, answers[key], strict=True):
                     actions[b][a] = c.text
                     if c.usage is not None:
                         usage[b][a] = c.usage

@@ -63,6 +63,15 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.get_base_model() if isinstance(model, PeftModel) else model
 
 
+def _full_attention(config: Any) -> bool:
+    """Whether every layer of a model attends to all earlier positions (no sliding
+    window), so that its caches can be joined column for column."""
+    kinds = getattr(config, "layer_types", None)
+    if kinds:
+        return all(k == "full_attention" for k in kinds)
+    return config is not None and getattr(config, "sliding_window", None) is None
+
+
 class HFCausalLM:
     """:class:`~marl.policies.generation.CausalLM` over a transformers causal LM.
 
@@ -89,6 +98,9 @@ class HFCausalLM:
         # transformers 5.x renamed `past_key_values` to `cache` (inputs and outputs);
         # older models and remote code still take the old name.
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        # An adapter decodes in one batch with the other adapters on its base
+        # (marl.policies.mixed) where every layer attends to every column.
+        self.mixes = adapter is not None and _full_attention(getattr(model, "config", None))
         # Prefill needs only the last position's logits: skip the rest of the LM head.
         self._last_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
@@ -137,6 +149,35 @@ class HFCausalLM:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
                          use_cache=True, return_dict=True, **{self._cache_kw: cache},
                          **self._last_only)
+        return out.logits[:, -1], out[self._cache_kw]
+
+    def take(self, cache: Any, index: torch.Tensor) -> Any:
+        """A new cache of rows ``index`` of ``cache`` (a transformers ``DynamicCache``)."""
+        from transformers.cache_utils import DynamicCache
+
+        return DynamicCache([(layer.keys.index_select(0, index),
+                              layer.values.index_select(0, index)) for layer in cache.layers])
+
+    def join(self, caches: list[Any], pads: list[int]) -> Any:
+        """One cache of the rows of ``caches``, each left-padded by its ``pads`` columns
+        (masked out: their keys and values are zeros)."""
+        from torch.nn.functional import pad as padded
+        from transformers.cache_utils import DynamicCache
+
+        layers = []
+        for i in range(len(caches[0].layers)):
+            layers.append(tuple(torch.cat([padded(getattr(c.layers[i], kind), (0, 0, n, 0))
+                                           for c, n in zip(caches, pads, strict=True)])
+                                for kind in ("keys", "values")))
+        return DynamicCache(layers)
+
+    def decode_mixed(self, ids: torch.Tensor, mask: torch.Tensor, cache: Any,
+                     adapters: list[str]) -> tuple[torch.Tensor, Any]:
+        """:meth:`decode` with each row through its own adapter on the shared base."""
+        pos = _positions(mask)[:, -ids.shape[1]:]
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                         use_cache=True, return_dict=True, adapter_names=adapters,
+                         **{self._cache_kw: cache}, **self._last_only)
         return out.logits[:, -1], out[self._cache_kw]
 
     def gather(self, reuse: Reuse, room: int) -> Any | None:

@@ -17,7 +17,14 @@ import torch
 
 from marl.errors import MarlError
 from marl.policies.base import Completion, Policy, Request
-from marl.policies.generation import CausalLM, Sampling, completion_text, generate, score
+from marl.policies.generation import (
+    CausalLM,
+    Generated,
+    Sampling,
+    completion_text,
+    generate,
+    score,
+)
 from marl.policies.kv_reuse import KVStore
 from marl.tokenizer import Tokenizer
 
@@ -92,9 +99,14 @@ class LMPolicy(Policy):
                        generator=self.generator, store=self._store)
         self.prefill_tokens += out.prefilled
         self.reused_tokens += out.reused
+        return self.completions(prompts, out, s)
+
+    def completions(self, prompts: Sequence[Sequence[int]], out: Generated,
+                    s: Sampling) -> list[Completion]:
+        """The completions of a generated batch: ids, log-probs, and text cut at a stop."""
         tokens, logprobs, mask = out.tokens.cpu(), out.logprobs.cpu(), out.mask.cpu()
         completions = []
-        for i in range(len(requests)):
+        for i in range(len(prompts)):
             ids = tokens[i][mask[i]].tolist()
             text = completion_text(ids, self.tokenizer.decode, s.stop)
             completions.append(Completion(text, tuple(ids), tuple(logprobs[i][mask[i]].tolist()),

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from marl.algorithms.common import begin_rl, trainables
 from marl.algorithms.config import TrainConfig
 from marl.cli import app
+from marl.cost.ledger import Ledger
+from marl.rollout import collect
 from marl.runner import build_policies
 from marl.team import load_team
 from tests.marl.conftest import ROOT, kill_and_resume
@@ -142,3 +144,43 @@ def test_a_population_of_lora_teams_exploits(base, ray_local, tmp_path):
     population = run_pbt(scenario, cfg, tmp_path / "pop", log=lambda m: None)
     assert population["exploits"] > 0
     assert [m["steps"] for m in population["members"]] == [12, 12]
+
+
+def test_adapters_on_one_base_generate_together_as_they_do_apart(base, monkeypatch):
+    """Four adapters acting in the same layer (a debate) decode in one mixed batch: each
+    policy's samples, log-probs and ledger are those it gets alone."""
+    import marl.rollout as rollout
+
+    data = yaml.safe_load(gather_team(base).to_yaml())
+    data["topology"] = {"kind": "debate"}
+    data["protocol"] = {"rounds": 2, "answer": "lead"}
+    for i, a in enumerate(AGENTS):  # settings of their own: lengths, temperatures
+        data["policies"][a].update(max_new_tokens=4 + 2 * i, temperature=0.8 + 0.2 * i)
+    team = load_team(data)
+    policies = build_policies(team)
+    with torch.no_grad():  # adapters that differ (LoRA's B starts at zero)
+        g = torch.Generator().manual_seed(0)
+        for n, p in policies["lead"].model.shared.model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(0.05 * torch.randn(p.shape, generator=g))
+    together = []
+    generate_together = rollout.generate_together
+    monkeypatch.setattr(rollout, "generate_together", lambda ps, reqs, greedy: (
+        together.append(len(ps)), generate_together(ps, reqs, greedy))[1])
+
+    def played(mix: bool, greedy: bool):
+        before = {a: policies[a].reused_tokens for a in AGENTS}
+        batch = collect(team, policies, 3, 2, seed=5, greedy=greedy, mix_adapters=mix)
+        return batch, {a: policies[a].reused_tokens - before[a] for a in AGENTS}
+
+    for greedy in (False, True):
+        apart, reused_apart = played(False, greedy)
+        assert together == []
+        mixed, reused = played(True, greedy)
+        assert together == [4, 4] and torch.equal(mixed.tokens, apart.tokens)
+        assert torch.allclose(mixed.logprobs, apart.logprobs, atol=1e-5)
+        assert Ledger(mixed.rows).per_episode() == Ledger(apart.rows).per_episode()
+        # the second round reuses the first's K/V; together, a policy that ends first has
+        # its last token run too (the others still decode), so it may reuse one more
+        assert all(reused[a] >= reused_apart[a] > 0 for a in AGENTS)
+        together.clear()
