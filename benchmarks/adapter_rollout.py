@@ -1,8 +1,13 @@
-"""Rollouts of LoRA adapters on one base, on a CPU: the adapters that act in the same layer
-decoding together in one mixed batch (the default, :mod:`marl.policies.mixed`) against one
-batch per adapter (``collect(..., mix_adapters=False)``).
+"""Rollouts of LoRA adapters on one base: the adapters that act in the same layer generating
+together (the default, :mod:`marl.policies.mixed`: ``hf`` decodes them in one mixed
+batch, ``vllm`` serves them in one multi-LoRA call) against one batch per adapter
+(``collect(..., mix_adapters=False)``).
 
     python benchmarks/adapter_rollout.py [--adapters 4] [--episodes 4] [--group 2]
+                                         [--backend hf|vllm] [--device cuda]
+
+The GPU check of vLLM's multi-LoRA: ``--backend vllm --device cuda`` on a GPU machine
+(with ``llm-marl[vllm-gpu]``); on a CPU, ``--backend vllm`` runs vLLM's CPU build.
 
 One process, a locally built Llama (~113M parameters, as in ``shared_base.py``); a debate
 of ``--adapters`` agents (every agent acts in every round, 2 rounds), each its own LoRA
@@ -31,6 +36,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--small", action="store_true", help="a 64-wide model (a smoke run)")
+    parser.add_argument("--backend", choices=("hf", "vllm"), default="hf")
+    parser.add_argument("--device", default="cpu", help="the policies' device (cuda: a GPU)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from marl.policies.hf_local import build_tiny_hf
@@ -49,8 +56,8 @@ def main() -> None:
         data["agents"] = [{"id": a, "role": "worker", "policy": a} for a in agents]
         data["topology"] = {"kind": "debate"}
         data["protocol"] = {"rounds": 2, "answer": agents[0]}
-        data["policies"] = {a: {"backend": "hf", "path": str(path), "max_new_tokens": 8,
-                                "lora": {"r": 8}} for a in agents}
+        data["policies"] = {a: {"backend": args.backend, "path": str(path), "max_new_tokens": 8,
+                                "lora": {"r": 8}, "device": args.device} for a in agents}
         team = load_team(data)
         policies = build_policies(team)
         generator = torch.Generator().manual_seed(0)
@@ -62,21 +69,23 @@ def main() -> None:
         def play(mix: bool):
             return collect(team, policies, args.episodes, args.group, seed=1, mix_adapters=mix)
 
-        assert torch.equal(play(True).tokens, play(False).tokens)  # the same samples
+        same = torch.equal(play(True).tokens, play(False).tokens)  # the same samples?
+        print("the same samples either way:", same)
         times = {}
-        for label, mix in (("mixed decoding", True), ("one batch per adapter", False)):
+        for label, mix in (("adapters together", True), ("one batch per adapter", False)):
             runs = []
             for _ in range(args.reps):
                 start = time.perf_counter()
                 play(mix)
                 runs.append(time.perf_counter() - start)
             times[label] = statistics.median(runs)
-    print(f"{args.adapters} adapters, {args.episodes * args.group} episodes of 2 rounds, "
+    print(f"{args.backend} on {args.device}: "
+          f"{args.adapters} adapters, {args.episodes * args.group} episodes of 2 rounds, "
           f"{torch.get_num_threads()} thread(s), median of {args.reps}:")
     for label, seconds in times.items():
         print(f"  {label:>22}: {seconds:.3f} s")
-    print(f"one batch per adapter / mixed decoding: "
-          f"{times['one batch per adapter'] / times['mixed decoding']:.2f}x the time")
+    print(f"one batch per adapter / adapters together: "
+          f"{times['one batch per adapter'] / times['adapters together']:.2f}x the time")
 
 
 if __name__ == "__main__":

@@ -167,10 +167,10 @@ def _answer(batches: dict[int, tuple[Policy, list, list[Request]]], names: dict[
     """Each policy's completions of its requests; LoRA policies on one shared base
     generate together (:mod:`marl.policies.mixed`) when ``mix``."""
     answers: dict[int, list[Completion]] = {}
-    together: dict[int, list[int]] = {}
+    together: dict[Any, list[int]] = {}
     for key, (policy, _, _) in batches.items():
         base = base_of(policy) if mix else None
-        together.setdefault(id(base) if base is not None else key, []).append(key)
+        together.setdefault(base if base is not None else key, []).append(key)
     for keys in together.values():
         if len(keys) == 1:
             policy, _, reqs = batches[keys[0]]

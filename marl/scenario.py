@@ -81,8 +81,8 @@ class PolicySpec(StrictModel):
     seed: int | None = Field(None, ge=0, description="Sampling seed; default: the run's.")
     preset: str = Field("tiny", description="tiny backend: configs/model/NAME.yaml or a path.")
     path: str | None = Field(None, description="Checkpoint directory (hf, vllm: required).")
-    lora: dict[str, Any] | None = Field(None, description="hf: LoRA {r, alpha, dropout, "
-                                                         "target_modules}.")
+    lora: dict[str, Any] | None = Field(None, description="hf, vllm: LoRA {r, alpha, "
+                                                         "dropout, target_modules}.")
     fast: bool = Field(True, description="hf: generate with the engine's own Llama "
                                          "implementation when the architecture allows.")
     prompt_format: Literal["transcript", "chat"] = Field(

@@ -213,7 +213,7 @@ def _check_policies(scn: Scenario, problems: list[Problem]) -> None:
 
 #: Fields that apply to some backends only; setting one on another backend is an error.
 BACKEND_FIELDS: dict[str, tuple[str, ...]] = {
-    "lora": ("hf",),
+    "lora": ("hf", "vllm"),
     **dict.fromkeys(("preset", "fast"), ("tiny", "hf")),
     "engine": ("vllm",),
     "chat_template_kwargs": ("hf", "vllm", *API_BACKENDS),

@@ -1,5 +1,6 @@
 """Rollouts batched across LoRA adapters: the policies that are adapters on one shared base
-(:mod:`marl.policies.shared`) and act in the same layer generate together.
+(:mod:`marl.policies.shared`) and act in the same layer generate together (on vLLM, as
+one multi-LoRA ``generate`` call: :mod:`marl.policies.vllm_engine`).
 
 Each policy prefills its own prompts with its own adapter (its KV store, its shared stem),
 then every decoding step runs once for all of them, each row through its own adapter
@@ -23,13 +24,20 @@ from marl.policies.generation import Generated, Sampling, _pick, _start, _stored
 from marl.policies.lm import LMPolicy
 
 
-def base_of(policy: Any) -> Any | None:
-    """The shared base a policy can generate on together with others, or None."""
+def base_of(policy: Any) -> tuple[str, int] | None:
+    """What a policy can generate together with others on (its backend and shared base),
+    or None."""
+    from marl.policies.vllm_engine import VLLMPolicy
+
     model = getattr(policy, "model", None)
     shared = getattr(model, "shared", None)
-    if type(policy) is not LMPolicy or shared is None or not getattr(model, "mixes", False):
+    if shared is None:
         return None
-    return shared
+    if isinstance(policy, VLLMPolicy):
+        return ("vllm", id(shared))
+    if type(policy) is LMPolicy and getattr(model, "mixes", False):
+        return ("hf", id(shared))
+    return None
 
 
 @dataclass
@@ -43,7 +51,13 @@ class _Group:
 def generate_together(policies: Sequence[LMPolicy], requests: Sequence[Sequence[Request]],
                       greedy: bool = False) -> list[list[Completion]]:
     """One list of completions per policy, as each policy's ``generate`` gives them, with
-    every decoding step run once for all the policies (adapters on one shared base)."""
+    every decoding step run once for all the policies (adapters on one shared base; on
+    vLLM, one ``generate`` call)."""
+    from marl.policies.vllm_engine import VLLMPolicy
+    from marl.policies.vllm_engine import generate_together as on_vllm
+
+    if isinstance(policies[0], VLLMPolicy):
+        return on_vllm(policies, requests, greedy)  # type: ignore[arg-type]
     groups, start = [], 0
     for policy, reqs in zip(policies, requests, strict=True):
         s = replace(policy.sampling, temperature=0.0) if greedy else policy.sampling

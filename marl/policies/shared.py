@@ -34,6 +34,7 @@ class SharedBase:
     model: Any  # a peft PeftModel over the transformers model
     path: Path  # the base checkpoint directory
     trainable: set[str] = field(default_factory=set)  # adapters that train (not references)
+    engine: Any = None  # a vLLM engine on this base, shared by its vllm policies' adapters
 
     def weights(self, adapter: str) -> list[torch.nn.Parameter]:
         """The adapter's parameters, in a fixed order."""
@@ -123,8 +124,8 @@ def adapter_on_base(bases: Bases, name: str, path: Path, *, dtype: str, device: 
 
 def save_adapter(shared: SharedBase, adapter: str, tokenizer: Any, path: Path) -> Path:
     """Write ``adapter`` alone, in peft's format (its weights and config, the base path
-    recorded), with the tokenizer, atomically into ``path``: a directory that
-    :func:`adapter_on_base` (and ``marl run --checkpoint``) loads back."""
+    recorded), with the tokenizer (unless None), atomically into ``path``: a directory
+    that :func:`adapter_on_base` (and ``marl run --checkpoint``, and vLLM) loads back."""
     from marl.policies.hf import import_optional
 
     peft = import_optional("peft")
@@ -138,7 +139,8 @@ def save_adapter(shared: SharedBase, adapter: str, tokenizer: Any, path: Path) -
                   tmp / "adapter_model.safetensors")
         config.base_model_name_or_path = str(shared.path)
         config.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
 
     return atomic_dir(Path(path), write)
 

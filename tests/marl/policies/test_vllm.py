@@ -9,6 +9,7 @@ import os
 
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from marl.cli import app
@@ -16,6 +17,8 @@ from marl.policies import Request, build_policy
 from marl.policies.factory import sampling_of
 from marl.policies.hf_local import build_tiny_hf
 from marl.policies.lm import LMPolicy
+from marl.rollout import collect
+from marl.runner import build_policies
 from marl.scenario import PolicySpec
 from marl.team import load_team
 from tests.marl.conftest import ROOT
@@ -94,10 +97,82 @@ def test_a_large_seeded_batch_samples(policy):
 
 def test_settings_for_other_backends_are_refused(model_dir, tmp_path):
     bad = SIGNAL.read_text().replace("backend: tiny", f"backend: vllm, path: {model_dir}, "
-                                     "lora: {r: 4}", 1)
+                                     "max_retries: 2", 1)
     (tmp_path / "bad.yaml").write_text(bad)
     res = CliRunner().invoke(app, ["validate", str(tmp_path / "bad.yaml")])
-    assert res.exit_code == 2 and "`lora` applies to the hf backend only" in res.output
+    assert res.exit_code == 2 and "`max_retries` applies to the openai backend only" in res.output
+
+
+def lora_debate(model_dir, agents=("a", "b", "c")):
+    """A debate (every agent acts in every round) of vllm LoRA policies on one base."""
+    data = yaml.safe_load((ROOT / "scenarios" / "gather_star.yaml").read_text())
+    data["agents"] = [{"id": a, "role": "worker", "policy": a} for a in agents]
+    data["topology"] = {"kind": "debate"}
+    data["protocol"] = {"rounds": 2, "answer": agents[0]}
+    data["policies"] = {a: {"backend": "vllm", "path": str(model_dir), "max_new_tokens": 6,
+                            "lora": {"r": 4}} for a in agents}
+    return load_team(data)
+
+
+def test_lora_policies_share_a_base_and_an_engine_and_generate_with_their_adapters(
+        model_dir, monkeypatch):
+    """Multi-LoRA on vLLM: one HF base and one engine for three adapters, which generate
+    in one call, each prompt with its own adapter (greedy: what the training model says);
+    an update reaches the engine as that adapter's new version, and only that one."""
+    import marl.policies.vllm_engine as engine
+
+    team = lora_debate(model_dir)
+    policies = build_policies(team)
+    shared = policies["a"].model.shared
+    assert {id(policies[a].model.shared) for a in "abc"} == {id(shared)}
+    with torch.no_grad():  # adapters that differ (LoRA's B starts at zero)
+        g = torch.Generator().manual_seed(0)
+        for n, p in shared.model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    ours = {a: LMPolicy(policies[a].model, policies[a].tokenizer, policies[a].sampling,
+                        module=policies[a].module) for a in "abc"}
+    calls = []
+    together = engine.generate_together
+    monkeypatch.setattr(engine, "generate_together", lambda ps, reqs, greedy=False: (
+        calls.append(len(ps)), together(ps, reqs, greedy))[1])
+
+    def both():
+        return (collect(team, policies, 2, 2, seed=1, greedy=True).tokens,
+                collect(team, ours, 2, 2, seed=1, greedy=True, mix_adapters=False).tokens)
+
+    theirs, mine = both()
+    assert torch.equal(theirs, mine) and calls == [3, 3]  # two rounds, three adapters a call
+    assert shared.engine is not None and policies["a"]._llm is None  # the one engine
+    assert {a: policies[a].stats()["vllm_weight_syncs"] for a in "abc"} == dict.fromkeys(
+        "abc", 1.0)
+    with torch.no_grad():
+        for p in policies["b"].parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    after, mine = both()
+    assert torch.equal(after, mine) and not torch.equal(after, theirs)
+    assert {a: policies[a].stats()["vllm_weight_syncs"] for a in "abc"} == {
+        "a": 0.0, "b": 1.0, "c": 0.0}
+
+
+def test_marl_train_trains_lora_adapters_with_vllm_rollouts(model_dir, tmp_path):
+    team = lora_debate(model_dir, agents=("a", "b"))
+    (tmp_path / "lora.yaml").write_text(team.to_yaml())
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, [
+        "train", str(tmp_path / "lora.yaml"), "--out", str(out), "--set", "iterations=2",
+        "--set", "episodes_per_iter=2", "--set", "group_size=2", "--set", "eval_every=2",
+        "--set", "eval_episodes=2"])
+    assert res.exit_code == 0, res.output
+    rl = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rl[-1]["engine"]["b"]["vllm_weight_syncs"] >= 1
+    saved = out / "checkpoints" / "iter_000002" / "b"
+    assert (saved / "adapter_config.json").is_file()
+    assert not (saved / "model.safetensors").exists()  # the adapter alone
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "lora.yaml"), "--episodes", "2",
+                                   "--checkpoint", str(saved.parent), "--out",
+                                   str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
 
 
 def test_marl_train_learns_with_vllm_rollouts(model_dir, tmp_path):
