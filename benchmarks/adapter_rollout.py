@@ -13,7 +13,9 @@ One process, a locally built Llama (~113M parameters, as in ``shared_base.py``);
 of ``--adapters`` agents (every agent acts in every round, 2 rounds), each its own LoRA
 policy (r 8, weights drawn so they differ) generating up to 8 tokens. Both ways play the
 same seeded batches, ``--reps`` times after a warm-up; the last line is the ratio of
-their median times. The samples are the same either way (checked).
+their median times. It also prints whether the samples are the same either way, and
+whether, after one adapter is updated, greedy rollouts still equal the training model's
+(for ``vllm``: the new adapter version reached the engine).
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ def main() -> None:
 
         same = torch.equal(play(True).tokens, play(False).tokens)  # the same samples?
         print("the same samples either way:", same)
+        sync_ok = _check_sync(team, policies, agents, generator, collect)
+        print("after an update of one adapter, greedy rollouts equal the training model's:",
+              sync_ok)
         times = {}
         for label, mix in (("adapters together", True), ("one batch per adapter", False)):
             runs = []
@@ -86,6 +91,22 @@ def main() -> None:
         print(f"  {label:>22}: {seconds:.3f} s")
     print(f"one batch per adapter / adapters together: "
           f"{times['one batch per adapter'] / times['adapters together']:.2f}x the time")
+
+
+def _check_sync(team, policies, agents, generator, collect) -> bool:
+    """Update one adapter in place; the engine must then generate what the training model
+    does (for ``vllm``: the adapter's new version was pushed)."""
+    from marl.policies.lm import LMPolicy
+
+    collect(team, policies, 2, 1, seed=2, greedy=True)  # every adapter pushed once
+    with torch.no_grad():
+        for p in policies[agents[-1]].parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator).to(p.device))
+    twins = {a: LMPolicy(policies[a].model, policies[a].tokenizer, policies[a].sampling,
+                         module=policies[a].module) for a in agents}
+    theirs = collect(team, policies, 2, 2, seed=2, greedy=True)
+    ours = collect(team, twins, 2, 2, seed=2, greedy=True, mix_adapters=False)
+    return torch.equal(theirs.tokens, ours.tokens)
 
 
 if __name__ == "__main__":
