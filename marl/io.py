@@ -190,7 +190,7 @@ def read_jsonl(path: Path, log: Callable[[str], None] | None = None,
             raise MarlError(f"{path}:{i + 1} is not valid JSON; the file is corrupt beyond "
                             "its last line (`marl train --resume` repairs a run's "
                             "metrics.jsonl).")
-        glued = _glued_row(line)
+        glued = _glued_row(line, next(iter(rows[0]), None) if rows else None)
         if glued is not None:
             rows.append(glued)
         if log is not None:
@@ -199,12 +199,19 @@ def read_jsonl(path: Path, log: Callable[[str], None] | None = None,
     return rows
 
 
-def _glued_row(line: str) -> Any:
-    """The whole JSON object at the end of a damaged line, if one was appended onto it."""
+def _glued_row(line: str, first_key: str | None) -> Any:
+    """The whole row at the end of a damaged line, if one was appended onto it: a JSON
+    object that starts with the same key as the file's rows (not a mapping nested in the
+    cut-off row)."""
+    if first_key is None:
+        return None
     start = line.find("{", 1)
     while start != -1:
         try:
-            return json.loads(line[start:])
+            row = json.loads(line[start:])
+            if isinstance(row, dict) and next(iter(row), None) == first_key:
+                return row
         except json.JSONDecodeError:
-            start = line.find("{", start + 1)
+            pass
+        start = line.find("{", start + 1)
     return None
