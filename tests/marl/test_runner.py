@@ -102,7 +102,7 @@ def test_run_hf_scenario(tmp_path):
 @pytest.mark.parametrize(("policy", "path", "message"), [
     ({"backend": "hf"}, "policies.speaker.path", "needs `path`"),
     ({"backend": "tiny", "preset": "huge"}, "policies.speaker.preset", "unknown model preset"),
-    ({"backend": "tiny", "lora": {"r": 4}}, "policies.speaker.lora", "hf backend only"),
+    ({"backend": "tiny", "lora": {"r": 4}}, "policies.speaker.lora", "hf and vllm backends only"),
     ({"backend": "hf", "path": "/no/such/dir"}, "policies.speaker.path", "no such directory"),
     ({"backend": "tiny", "top_p": 0}, "policies.speaker.top_p", "greater than 0"),
 ])
