@@ -1,0 +1,158 @@
+"""The generality suite: scenario variants unlike the shipped ones (``benchmarks/generality/``),
+each trained with the defaults and nothing else for a fixed budget, and scored against
+what its task makes possible.
+
+    python benchmarks/generality.py [--budget 600] [--jobs 1] [--only NAME ...]
+                                    [--out runs/generality] [--set key=value ...]
+
+Per variant:
+
+- **scripted**: the eval success of the task's scripted team (greedy, ``--episodes``);
+- **floor**: the no-communication floor, the scripted team with every message blanked
+  except the answers (each answer agent's last call): what the answerers do alone;
+- **best** and **final**: the best and the last evaluation of ``marl train VARIANT`` with
+  ``time_budget_s`` = ``--budget`` on one thread (``OMP_NUM_THREADS=1``; iterations are
+  not the limit), warm-up evaluations included;
+- **normalised** = (best - floor) / (scripted - floor), and the seconds of training until
+  the team first evaluated at 0.8 of that gap.
+
+``--set`` passes settings to every run (the suite's own figures use none). Runs go to
+``OUT/NAME/`` (an existing run there is resumed); the table is printed and written to
+``OUT/generality.json``. ``--jobs 2`` trains two variants at a time, each on one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = Path(__file__).resolve().parent / "generality"
+
+
+def references(path: Path, episodes: int, seed: int = 0) -> tuple[float, float]:
+    """The scripted team's eval success, and its success with every message but the
+    answers blanked (the no-communication floor)."""
+    from marl.policies import Completion, Policy, Request
+    from marl.rollout import collect
+    from marl.runner import build_policies
+    from marl.team import load_team
+
+    class Speechless(Policy):
+        """Answers (an answer agent's last call) as ``policy`` does; says nothing else."""
+
+        def __init__(self, policy: Policy):
+            self.policy, self.tokenizer = policy, policy.tokenizer
+
+        def generate(self, requests: Sequence[Request],
+                     greedy: bool = False) -> list[Completion]:
+            said = self.policy.generate(requests, greedy=greedy)
+            return [c if r.final else Completion("") for r, c in zip(requests, said,
+                                                                      strict=True)]
+
+    team = load_team(path)
+    scripted = build_policies(team, "scripted")
+    split = team.task.eval_split
+    full = collect(team, scripted, episodes, seed=seed, greedy=True, split=split)
+    alone = collect(team, {a: Speechless(p) for a, p in scripted.items()}, episodes,
+                    seed=seed, greedy=True, split=split)
+    return float(full.success.float().mean()), float(alone.success.float().mean())
+
+
+def train(path: Path, out: Path, budget: float, sets: Sequence[str]) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    args = [sys.executable, "-m", "marl.cli", "train", str(path), "--out", str(out),
+            "--set", f"time_budget_s={budget}", "--set", "iterations=1000000",
+            *[x for s in sets for x in ("--set", s)]]
+    if (out / "config.yaml").exists():
+        args.append("--resume")
+    out.mkdir(parents=True, exist_ok=True)
+    log = open(out.parent / f"{out.name}.log", "w")  # noqa: SIM115 (closed with the process)
+    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def figures(out: Path, scripted: float, floor: float) -> dict:
+    """Best and final evaluation of a run, its normalised score and time to 0.8 of it."""
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
+            if x.strip()] if (out / "metrics.jsonl").exists() else []
+    evals = [(r["wall_s"], r["eval_success_rate"]) for r in rows if "eval_success_rate" in r]
+    if not evals:
+        return {"best": None, "final": None, "normalised": None, "to_0.8_s": None,
+                "iterations": 0}
+    best, final = max(e for _, e in evals), evals[-1][1]
+    gap = scripted - floor
+    norm = (best - floor) / gap if gap > 0 else None
+    reach = next((t for t, e in evals if gap > 0 and e >= floor + 0.8 * gap), None)
+    return {"best": best, "final": final, "normalised": norm, "to_0.8_s": reach,
+            "iterations": max((r.get("iteration", 0) for r in rows), default=0)}
+
+
+def table(results: dict[str, dict]) -> str:
+    head = ("| variant | scripted | floor | best | final | normalised | to 0.8 (s) | "
+            "iterations |\n|---|---|---|---|---|---|---|---|")
+    fmt = lambda x, f="{:.2f}": "-" if x is None else f.format(x)  # noqa: E731
+    lines = [head]
+    for name, r in results.items():
+        lines.append(f"| {name} | {fmt(r['scripted'])} | {fmt(r['floor'])} | {fmt(r['best'])} "
+                     f"| {fmt(r['final'])} | {fmt(r['normalised'])} | "
+                     f"{fmt(r['to_0.8_s'], '{:.0f}')} | {r['iterations']} |")
+    scores = [r["normalised"] for r in results.values() if r["normalised"] is not None]
+    if scores:
+        solved = sum(s >= 0.8 for s in scores)
+        lines.append(f"\n{solved} of {len(scores)} variants at a normalised score of 0.8 or "
+                     f"more; median {statistics.median(scores):.2f}.")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=600.0, help="seconds per variant")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--only", nargs="*", default=None, help="variant names")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "generality")
+    parser.add_argument("--episodes", type=int, default=512, help="episodes of a reference")
+    parser.add_argument("--set", dest="sets", action="append", default=[])
+    args = parser.parse_args()
+    paths = sorted(VARIANTS.glob("*.yaml"))
+    if args.only:
+        unknown = set(args.only) - {p.stem for p in paths}
+        if unknown:
+            raise SystemExit(f"unknown variants {sorted(unknown)}; they are "
+                             f"{[p.stem for p in paths]}")
+        paths = [p for p in paths if p.stem in args.only]
+    results: dict[str, dict] = {}
+    for p in paths:
+        scripted, floor = references(p, args.episodes)
+        results[p.stem] = {"scripted": scripted, "floor": floor}
+        print(f"{p.stem}: scripted {scripted:.2f}, floor {floor:.2f}", flush=True)
+    pending, running = list(paths), {}
+    start = time.perf_counter()
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            p = pending.pop(0)
+            running[p.stem] = train(p, args.out / p.stem, args.budget, args.sets)
+        for name, proc in list(running.items()):
+            if proc.poll() is None:
+                continue
+            del running[name]
+            r = results[name]
+            r.update(figures(args.out / name, r["scripted"], r["floor"]), exit=proc.returncode)
+            print(f"{name}: best {r['best']}, final {r['final']}, normalised "
+                  f"{r['normalised']} (exit {proc.returncode}; "
+                  f"{time.perf_counter() - start:.0f} s in)", flush=True)
+        time.sleep(1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "generality.json").write_text(json.dumps(
+        {"budget_s": args.budget, "sets": args.sets, "results": results}, indent=2) + "\n")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
