@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -50,23 +52,40 @@ def build_hf(spec: PolicySpec, task: Task, seed: int, checkpoint: Path | None,
     """A local Hugging Face checkpoint (``spec.path``; ``checkpoint``: trained weights). A
     LoRA policy (``lora``, or a saved adapter) is an adapter on the team's one copy of its
     base checkpoint (:mod:`marl.policies.shared`); any other loads a copy of its own."""
-    from marl.policies.hf import HFCausalLM, hf_tokenizer, load_hf, save_hf
-    from marl.policies.shared import adapter_on_base, save_adapter
+    from marl.policies.hf import load_hf, save_hf
 
-    team = team or TeamBuild()
     path = Path(checkpoint or spec.path)
-    chat = {"chat": spec.prompt_format == "chat", "template_kwargs": spec.chat_template_kwargs}
-    if spec.lora is not None or (path / "adapter_config.json").is_file():
-        shared = adapter_on_base(team.bases, team.name, path, dtype=spec.dtype,
-                                 device=spec.device, lora=spec.lora, seed=seed)
-        lm = HFCausalLM(shared.model, fast=False, shared=shared, adapter=team.name)
-        tok = hf_tokenizer(path, **chat)
-        saver = lambda out: save_adapter(shared, team.name, tok.tokenizer, out)  # noqa: E731
+    parts = lora_parts(spec, path, seed, team)
+    if parts is not None:
+        lm, tok, saver = parts
     else:
-        lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, fast=spec.fast, **chat)
+        lm, tok = load_hf(path, dtype=spec.dtype, device=spec.device, fast=spec.fast,
+                          **chat_settings(spec))
         saver = lambda out: save_hf(lm, tok, out)  # noqa: E731
     return LMPolicy(lm, tok, sampling_of(spec), seed=sampling_seed(spec, seed), module=lm.model,
                     saver=saver)
+
+
+def chat_settings(spec: PolicySpec) -> dict:
+    """The tokenizer's prompt format settings of an ``hf`` or ``vllm`` policy."""
+    return {"chat": spec.prompt_format == "chat", "template_kwargs": spec.chat_template_kwargs}
+
+
+def lora_parts(spec: PolicySpec, path: Path, seed: int,
+               team: TeamBuild | None) -> tuple[Any, Any, Callable[[Path], Path]] | None:
+    """A LoRA policy's model (an adapter on the team's one copy of its base), tokenizer
+    and saver (the adapter alone); None for a policy without ``lora`` or a saved adapter."""
+    if spec.lora is None and not (path / "adapter_config.json").is_file():
+        return None
+    from marl.policies.hf import HFCausalLM, hf_tokenizer
+    from marl.policies.shared import adapter_on_base, save_adapter
+
+    team = team or TeamBuild()
+    shared = adapter_on_base(team.bases, team.name, path, dtype=spec.dtype,
+                             device=spec.device, lora=spec.lora, seed=seed)
+    lm = HFCausalLM(shared.model, fast=False, shared=shared, adapter=team.name)
+    tok = hf_tokenizer(path, **chat_settings(spec))
+    return lm, tok, lambda out: save_adapter(shared, team.name, tok.tokenizer, out)
 
 
 def _device(name: str) -> torch.device:
