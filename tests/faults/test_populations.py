@@ -29,7 +29,11 @@ def watch(find, seconds: float = 180) -> tuple[threading.Thread, list]:
     def run() -> None:
         deadline = time.monotonic() + seconds
         while not killed and time.monotonic() < deadline:
-            for pid in find():
+            try:
+                found = find()
+            except (OSError, psutil.Error):  # it vanished while it was read: look again
+                found = []
+            for pid in found:
                 try:
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
@@ -55,7 +59,14 @@ def test_a_pbt_member_killed_while_writing_its_checkpoint(ray_local, tmp_path):
     def writing() -> list[int]:
         """The members whose checkpoint is half written now (a member saves into a fresh
         temporary directory before handing it to Tune)."""
-        if not any(scratch.glob("tmp*/.trainer.*.tmp")):
+        half = False
+        for entry in os.scandir(scratch):
+            if entry.name.startswith("tmp"):
+                try:
+                    half = half or any(n.startswith(".trainer.") for n in os.listdir(entry))
+                except OSError:  # not a directory, or gone already
+                    continue
+        if not half:
             return []
         return [rows[-1]["pid"] for f in out.glob("members/*/lineage.jsonl")
                 if (rows := whole_lines(f))]
