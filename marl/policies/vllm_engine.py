@@ -84,6 +84,7 @@ class VLLMPolicy(LMPolicy):
         self._llm: Any = None
         self._pushed: int | None = None  # parameter version last pushed into the engine
         self._lora: Any = None  # the LoRARequest of the adapter as last pushed
+        self._scratch: Path | None = None  # where pushed adapters are written
         self.syncs = 0
         self.mismatch: list[float] = []  # per call: mean |log-prob vLLM − training model|
 
@@ -119,14 +120,15 @@ class VLLMPolicy(LMPolicy):
 
         from marl.policies.shared import save_adapter
 
-        old = self._lora
-        scratch = Path(tempfile.mkdtemp(prefix="marl-lora-"))
-        weakref.finalize(self, shutil.rmtree, scratch, True)
-        save_adapter(self.shared, self.model.adapter, None, scratch / "adapter")
-        self._lora = LoRARequest(self.model.adapter, next(_LORA_IDS), str(scratch / "adapter"))
+        if self._scratch is None:  # one directory for the policy's life, removed with it
+            self._scratch = Path(tempfile.mkdtemp(prefix="marl-lora-"))
+            weakref.finalize(self, shutil.rmtree, self._scratch, True)
+        old, version = self._lora, next(_LORA_IDS)
+        saved = save_adapter(self.shared, self.model.adapter, None, self._scratch / f"v{version}")
+        self._lora = LoRARequest(self.model.adapter, version, str(saved))
         if old is not None:  # never asked for again: free the engine's copy and the files
             self.engine().llm_engine.remove_lora(old.lora_int_id)
-            shutil.rmtree(Path(old.lora_path).parent, ignore_errors=True)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
 
     def prepare(self, requests: Sequence[Request], greedy: bool) -> tuple[list, list, Any]:
         """The prompt ids, vLLM sampling settings (one seed a prompt, from this policy's
