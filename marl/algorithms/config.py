@@ -53,6 +53,10 @@ class TrainConfig(BaseModel):
         "team", description="team: every agent gets the team advantage; difference / shapley: "
         "per-agent credit from replays with agents muted; anchor: per call Q(o, m) - V(o) from "
         "the batch's calls with the same observation (GiGPO's anchor states).")
+    advantage_scale: Literal["none", "agent"] = Field(
+        "none", description="agent: divide each agent's advantages by the standard deviation "
+        "of its returns over the batch (Dr.MAS), so rare successes weigh as much as common "
+        "ones against the entropy and KL terms; none: as the baseline leaves them.")
     turns: int = Field(
         0, ge=0, description="Policies learn in turns: for this many RL iterations one policy "
         "is updated while the others play unchanged, then the next (iterated best response). "
@@ -182,7 +186,8 @@ class TrainConfig(BaseModel):
         fields = type(self).model_fields
         changed = {k for k in self.model_fields_set if getattr(self, k) != fields[k].default}
         ppo_only = sorted(changed & {"value_coef", "gamma", "lam", "critic"})
-        group_only = sorted(changed & {"baseline", "credit", "regularize_solved"})
+        group_only = sorted(changed & {"baseline", "credit", "regularize_solved",
+                                       "advantage_scale"})
         if self.algorithm != "ppo" and ppo_only:
             raise ValueError(f"{', '.join(ppo_only)} only apply to algorithm: ppo (its critic "
                              f"and GAE); {self.algorithm} ignores them. Remove them or set "

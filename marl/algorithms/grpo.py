@@ -25,6 +25,5 @@ class GRPO(MAGRPO):
                             (0.0, 0.0, 0.0), float(self.team.penalty_per_1k))
         return costs.agent_penalty.float()
 
-    def advantages(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
-        return per_agent_advantages(self.returns(batch, seed), batch.group_ids,
-                                    self.cfg.baseline)
+    def group_advantages(self, batch: EpisodeBatch, ret: torch.Tensor) -> torch.Tensor:
+        return per_agent_advantages(ret, batch.group_ids, self.cfg.baseline)

@@ -30,7 +30,7 @@ from marl.algorithms.config import TrainConfig
 from marl.algorithms.credit import agent_credit
 from marl.cost.ledger import LedgerRow
 from marl.errors import MarlError
-from marl.kernels import anchor_advantages, group_advantages, group_key
+from marl.kernels import agent_scale, anchor_advantages, group_advantages, group_key
 from marl.rollout import EpisodeBatch
 from marl.team import Team
 
@@ -61,6 +61,18 @@ def call_advantages(batch: EpisodeBatch, ret: torch.Tensor, baseline: str) -> to
     adv = anchor_advantages(calls.reshape(-1), torch.tensor(state_ids),
                             torch.tensor(action_ids), scale=baseline == "mean_std")
     return adv.view(b, k)
+
+
+def scaled(adv: torch.Tensor, ret: torch.Tensor, batch: EpisodeBatch,
+           cfg: TrainConfig) -> torch.Tensor:
+    """``adv`` (``(B, N)``, or ``(B, K, L)`` per call) divided by each agent's
+    :func:`agent_scale` with ``advantage_scale: agent``; unchanged with ``none``."""
+    if cfg.advantage_scale == "none":
+        return adv
+    scale = agent_scale(ret)  # (N,)
+    if adv.dim() == 2:
+        return adv / scale
+    return adv / scale[batch.call_agent][None, :, None]
 
 
 class MAGRPO:
@@ -96,6 +108,10 @@ class MAGRPO:
 
     def advantages(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
         ret = self.returns(batch, seed)  # (B, N)
+        return scaled(self.group_advantages(batch, ret), ret, batch, self.cfg)
+
+    def group_advantages(self, batch: EpisodeBatch, ret: torch.Tensor) -> torch.Tensor:
+        """``(B, N)`` per-agent advantages from returns ``ret``, or ``(B, K, L)`` per token."""
         n = ret.shape[1]
         if self.cfg.credit == "anchor":  # (B, K, L): every token of a call, its call's
             adv = call_advantages(batch, ret, self.cfg.baseline)

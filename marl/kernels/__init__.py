@@ -6,6 +6,7 @@ kernels also have Triton twins (:mod:`marl.kernels.triton_kernels`) used on CUDA
 
 from marl.kernels.advantages import (
     BASELINES,
+    agent_scale,
     anchor_advantages,
     dense_group_index,
     dense_rank,
@@ -31,6 +32,7 @@ __all__ = [
     "BASELINES",
     "TokenCosts",
     "ValueFn",
+    "agent_scale",
     "anchor_advantages",
     "broadcast_to_tokens",
     "coalition_index",

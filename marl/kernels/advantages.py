@@ -215,3 +215,29 @@ def anchor_advantages(
         var = dev.new_zeros(n_groups).index_add(0, idx, dev * dev) / (cnt - 1).clamp(min=1)
         adv = adv / (var.sqrt() + eps).index_select(0, idx)
     return adv.to(returns.dtype)
+
+
+def agent_scale(returns: Tensor) -> Tensor:
+    """Per-agent advantage scale (Dr.MAS): the standard deviation of each agent's returns
+    over the batch, 1 where they do not vary (every advantage is 0 there).
+
+    Dividing an agent's advantages by it keeps the policy-gradient term's size the same
+    whatever the reward's spread, so a team that rarely succeeds still learns from its
+    successes against the entropy and KL terms.
+
+    Args:
+        returns: ``[B, N]`` float, each agent's return in each rollout.
+
+    Returns:
+        ``[N]`` population standard deviations in the dtype of ``returns``; NaN for an
+        agent with a non-finite return (its update is then skipped).
+
+    >>> agent_scale(torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]))
+    tensor([0.4330, 1.0000])
+    """
+    if returns.dim() != 2:
+        raise ValueError(f"agent_scale expects returns of shape [B, N]; got "
+                         f"{tuple(returns.shape)}")
+    dt = compute_dtype(returns.dtype)
+    std = returns.to(dt).std(dim=0, correction=0)
+    return torch.where(std == 0, torch.ones_like(std), std).to(returns.dtype)

@@ -75,6 +75,15 @@ def anchor_advantages_ref(returns: Tensor, state_ids: Tensor, action_ids: Tensor
     return _out(out, returns)
 
 
+def agent_scale_ref(returns: Tensor) -> Tensor:
+    out = []
+    for col in returns.double().T.tolist():
+        mean = sum(col) / len(col)
+        std = math.sqrt(sum((x - mean) ** 2 for x in col) / len(col))
+        out.append(1.0 if std == 0 else std)
+    return _out(out, returns)
+
+
 def group_key_ref(instance: Tensor, agent: Tensor | None = None, turn: Tensor | None = None):
     cols = [k.tolist() for k in (instance, agent, turn) if k is not None]
     keys = list(zip(*cols, strict=True))
