@@ -85,14 +85,12 @@ def checkpoints(out: Path) -> tuple[Path | None, Path | None]:
     return (best if best.is_dir() else None), (last[-1] if last else None)
 
 
-def reevaluate(path: Path, checkpoint: Path | None, episodes: int) -> float | None:
-    """The success of a checkpoint of variant ``path``, on ``episodes`` eval instances."""
+def reevaluate(team, checkpoint: Path | None, episodes: int) -> float | None:
+    """The success of ``team`` with a checkpoint's weights, on ``episodes`` eval instances."""
     if checkpoint is None:
         return None
     from marl.runner import build_policies
-    from marl.team import load_team
 
-    team = load_team(path)
     return success(team, build_policies(team, checkpoint=checkpoint), episodes)
 
 
@@ -111,6 +109,8 @@ def train(path: Path, out: Path, budget: float, sets: Sequence[str]) -> subproce
 def figures(path: Path, out: Path, scripted: float, floor: float, episodes: int) -> dict:
     """Best and final checkpoint of a run, re-evaluated, its normalised score and the time
     its evaluations took to reach 0.8 of it."""
+    from marl.team import load_team
+
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
             if x.strip()] if (out / "metrics.jsonl").exists() else []
     evals = [(r["wall_s"], r["eval_success_rate"]) for r in rows if "eval_success_rate" in r]
@@ -118,7 +118,8 @@ def figures(path: Path, out: Path, scripted: float, floor: float, episodes: int)
     if not evals or kept[0] is None:
         return {"best": None, "final": None, "normalised": None, "to_0.8_s": None,
                 "iterations": 0}
-    best, final = (reevaluate(path, c, episodes) for c in kept)
+    team = load_team(path)
+    best, final = (reevaluate(team, c, episodes) for c in kept)
     gap = scripted - floor
     norm = (best - floor) / gap if gap > 0 else None
     reach = next((t for t, e in evals if gap > 0 and e >= floor + 0.8 * gap), None)

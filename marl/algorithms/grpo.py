@@ -25,5 +25,5 @@ class GRPO(MAGRPO):
                             (0.0, 0.0, 0.0), float(self.team.penalty_per_1k))
         return costs.agent_penalty.float()
 
-    def group_advantages(self, batch: EpisodeBatch, ret: torch.Tensor) -> torch.Tensor:
+    def relative_advantages(self, batch: EpisodeBatch, ret: torch.Tensor) -> torch.Tensor:
         return per_agent_advantages(ret, batch.group_ids, self.cfg.baseline)

@@ -108,9 +108,9 @@ class MAGRPO:
 
     def advantages(self, batch: EpisodeBatch, seed: int) -> torch.Tensor:
         ret = self.returns(batch, seed)  # (B, N)
-        return scaled(self.group_advantages(batch, ret), ret, batch, self.cfg)
+        return scaled(self.relative_advantages(batch, ret), ret, batch, self.cfg)
 
-    def group_advantages(self, batch: EpisodeBatch, ret: torch.Tensor) -> torch.Tensor:
+    def relative_advantages(self, batch: EpisodeBatch, ret: torch.Tensor) -> torch.Tensor:
         """``(B, N)`` per-agent advantages from returns ``ret``, or ``(B, K, L)`` per token."""
         n = ret.shape[1]
         if self.cfg.credit == "anchor":  # (B, K, L): every token of a call, its call's
