@@ -36,6 +36,10 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # marl loads lazily: --help and the argument checks need no torch
+    from marl.team import Team
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = Path(__file__).resolve().parent / "generality"
@@ -85,7 +89,7 @@ def checkpoints(out: Path) -> tuple[Path | None, Path | None]:
     return (best if best.is_dir() else None), (last[-1] if last else None)
 
 
-def reevaluate(team, checkpoint: Path | None, episodes: int) -> float | None:
+def reevaluate(team: Team, checkpoint: Path | None, episodes: int) -> float | None:
     """The success of ``team`` with a checkpoint's weights, on ``episodes`` eval instances."""
     if checkpoint is None:
         return None
