@@ -99,8 +99,9 @@ class TrainConfig(BaseModel):
     entropy_coef: float = Field(0.05, ge=0, description="Weight of the entropy bonus (per "
                                 "token, nats, full vocabulary).")
     entropy_target: float | None = Field(
-        None, gt=0, description="The entropy bonus applies only to tokens whose entropy (nats) "
-        "is below this. None: to every token.")
+        0.3, gt=0, description="The entropy bonus applies only to tokens whose entropy (nats) "
+        "is below this: a floor against collapse, not a push that outweighs rare successes. "
+        "None: to every token.")
     symbol_floor: float = Field(
         0.0, ge=0, description="Weight of a term raising the mean log-probability of the task's "
         "alphabet at each generated symbol (Task.symbols, one token per symbol). 0: off.")
