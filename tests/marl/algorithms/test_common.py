@@ -196,7 +196,7 @@ def test_pg_loss_is_the_policy_gradient_term_and_loss_the_total():
     policies = build_policies(team, seed=0)
     batch = collect(team, policies, episodes=4, group_size=4, seed=0)
     adv = torch.randn(len(batch.records), 2, generator=torch.Generator().manual_seed(0))
-    cfg = TrainConfig(kl_coef=0, entropy_coef=0.5, answer_floor=0)
+    cfg = TrainConfig(kl_coef=0, entropy_coef=0.5, entropy_target=None, answer_floor=0)
     t = trainables(team, policies, cfg)[1]
     stats = update(t, samples_for(t, team, batch, adv, False), cfg, 0.0, 0)
     assert abs(stats["pg_loss"]) > 1e-3  # random advantages: a gradient term of its own

@@ -636,7 +636,7 @@ def test_signal_from_reward_alone_leaves_chance_and_the_flipped_sign_does_not(
     if flip:
         flipped(monkeypatch)
     team = load_team(ROOT / "scenarios" / "signal.yaml")
-    cfg = TrainConfig(seed=2, iterations=150, eval_every=50, eval_episodes=64)
+    cfg = TrainConfig(seed=2, iterations=250, eval_every=50, eval_episodes=64)
     trainer = Trainer(team, cfg, tmp_path)
     trainer.train()
     evals = [r["eval_success_rate"] for r in trainer.rows
