@@ -180,6 +180,10 @@ def render() -> str:
             doc = prose(cls.__dict__.get("__doc__") or "")  # its own docstring, not inherited
             parts.append(f"### {cls.__name__}\n\n`{cls.__module__}.{cls.__name__}`"
                          + (f": {doc}" if doc else "") + f"\n\n{table(cls)}\n")
+            if removed := getattr(cls, "removed", None):
+                parts.append("Removed (a config that sets one is an error that says why):\n\n"
+                             + "\n".join(f"- `{k}`: {why}." for k, why in removed.items())
+                             + "\n")
     return "\n".join(parts)
 
 

@@ -270,6 +270,8 @@ def _message(err: dict[str, Any], model: type[BaseModel]) -> tuple[tuple[int | s
                                       "Put it in an environment variable and name that "
                                       "variable in the policy's `api_key_env` (e.g. "
                                       "api_key_env: OPENAI_API_KEY).")
+        if len(loc) == 1 and key in getattr(model, "removed", {}):
+            return loc, f"this setting was removed: {model.removed[key]}. Drop it."
         return (*loc[:-1], key), (f"unknown key {key!r}.{did_you_mean(key, valid)} "
                                   f"Valid keys: {', '.join(valid)}.")
     if kind == "missing":

@@ -1,6 +1,7 @@
 """The task's alphabets in the loss: which calls' alphabets a run needs, as token ids
-(``symbol_floor``: every call's; ``answer_floor``: the answers'), checked before training,
-and the answer floor's term (see :mod:`marl.algorithms.common` for the whole loss)."""
+(``signal_entropy``: every call's; ``answer_floor``: the answers'), checked before
+training, and the terms of the answer floor and the positive-signalling bonus (see
+:mod:`marl.algorithms.common` for the whole loss)."""
 
 from __future__ import annotations
 
@@ -20,16 +21,16 @@ if TYPE_CHECKING:
 
 
 def support_kind(cfg: TrainConfig) -> Literal["all", "answers"] | None:
-    """Which rows' alphabets the loss needs: every row's (``symbol_floor``), the answers'
+    """Which rows' alphabets the loss needs: every row's (``signal_entropy``), the answers'
     (``answer_floor``) or none."""
-    if cfg.symbol_floor > 0 or cfg.signal_entropy > 0:
+    if cfg.signal_entropy > 0:
         return "all"
     return "answers" if cfg.answer_floor > 0 else None
 
 
 def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                     log: Callable[[str], None]) -> None:
-    """Before training: ``symbol_floor`` needs every call's alphabet as tokens (an error
+    """Before training: ``signal_entropy`` needs every call's alphabet as tokens (an error
     naming the fix otherwise); ``answer_floor`` skips answers without one (``log`` says so,
     once per agent). ``teams``: the run's curriculum stages."""
     kind = support_kind(cfg)
@@ -45,9 +46,9 @@ def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                     symbol_ids(t, stage, agent, final)
                 except MarlError as e:
                     if kind == "all":
-                        name = "symbol_floor" if cfg.symbol_floor > 0 else "signal_entropy"
-                        raise MarlError(f"{name} needs every symbol of every message as "
-                                        f"one token, but {e}; set {name}: 0.") from None
+                        raise MarlError(
+                            "signal_entropy needs every symbol of every message as one "
+                            f"token, but {e}; set signal_entropy: 0.") from None
                     skipped.setdefault(agent, str(e))
     for agent, why in skipped.items():
         log(f"answer_floor does not apply to {agent}'s answers: {why}.")
@@ -55,7 +56,7 @@ def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
 
 def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[int]]:
     """The task's alphabet at each position of ``agent``'s message (answer when ``final``)
-    as token ids of ``t``'s tokenizer, one token per symbol (as ``symbol_floor`` and
+    as token ids of ``t``'s tokenizer, one token per symbol (as ``signal_entropy`` and
     ``answer_floor`` need); a :class:`MarlError` saying why where there is none."""
     what = "answers" if final else "messages"
     symbols = team.task.symbols(agent, final)
@@ -75,7 +76,7 @@ def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[i
 
 def alphabet(t: Trainable, team: Team, call: tuple[str, bool],
               support: Literal["all", "answers"]) -> list[list[int]]:
-    """A call's alphabets for ``support``: every call's (``symbol_floor``, which the trainer
+    """A call's alphabets for ``support``: every call's (``signal_entropy``, which the trainer
     checked could be had), or an answer's where the task and tokenizer give one."""
     if support == "all":
         return symbol_ids(t, team, *call)

@@ -6,15 +6,13 @@ Loss (per policy, tokens t of its agents' completions, advantage A)::
     ratio  = exp(log π(t) − log π_old(t))
     L_pg   = −min(ratio·A, clip(ratio, 1 − clip_low, 1 + clip_high)·A)      (clip-higher)
     L      = agg(L_pg) + kl_coef·agg(KL(π ‖ π_ref)) − entropy_coef·agg(H) + sft_coef·L_SFT
-             − symbol_floor·agg(mean over s in S_t of log π(s))
+             − signal_entropy·(entropy of each agent's symbols, averaged over its calls)
              − mean over answer positions t of mean over s in S_t of
                min(log π̄_t(s) − log(answer_floor/|S_t|), 0)
 
 KL and the entropy H are exact, over the whole vocabulary at each token; π_ref is the
 policy RL started from (after the warm-up). S_t is the task's alphabet at token t's
-position (``Task.symbols``): the symbol-floor term keeps every well-formed choice alive,
-which the entropy and KL terms cannot (their gradient on a token's logit vanishes with its
-probability, while this one's is ``π(s) − 1/|S_t|``). π̄_t is the policy's answer
+position (``Task.symbols``). π̄_t is the policy's answer
 distribution at position t averaged over the batch's answers with that alphabet: the
 answer-floor term lifts only an answer the team (almost) never gives, whatever it read,
 to ``answer_floor`` times its share ``1/|S_t|``, and is 0, with no gradient, while every
@@ -120,8 +118,8 @@ class Samples:
     demos: list[list[int]] = field(default_factory=list)
     # (S,): the sample's group succeeded in every rollout (nothing left to explore there).
     solved: torch.Tensor | None = None
-    # (S, L', A): token ids of the task's alphabet at each position, -1 pads (symbol_floor,
-    # answer_floor).
+    # (S, L', A): token ids of the task's alphabet at each position, -1 pads
+    # (signal_entropy, answer_floor).
     support: torch.Tensor | None = None
     # (S,): the row is an answer (its agent's final call).
     answer: torch.Tensor | None = None
@@ -257,7 +255,7 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
              scored: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, dict]:
     """The RL part of the loss for rows ``s`` (all with at least one generated token): the
     clipped policy-gradient term (``pg_loss`` in the stats), the entropy bonus, the KL term
-    and the symbol, signalling and answer terms;
+    and the signalling and answer terms;
     ``scored``: their ``(logprobs, mask, entropy[, kl][, symbols])`` if already computed
     (``kl``: per token, to the reference, when the policy has one; ``symbols``: the
     log-prob ``(S, L, A)`` of each symbol of each token's alphabet, when ``s`` has a
@@ -290,10 +288,6 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
         ids[:, :n, : s.support.shape[2]] = s.support[:, :n].to(mask.device)
         valid = ids >= 0
         has = mask & valid.any(-1)
-        if cfg.symbol_floor > 0:
-            floor = (symbols * valid).sum(-1) / valid.sum(-1).clamp(min=1)
-            loss = loss - cfg.symbol_floor * aggregate(floor, reg & has, cfg.aggregation)
-            stats["symbol_logprob"] = float(aggregate(floor.detach(), has, "token"))
         if cfg.signal_entropy > 0:
             spread = signal_entropy(symbols, ids, has, s.agent.to(mask.device))
             loss = loss - cfg.signal_entropy * spread

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -26,6 +26,14 @@ class Stage(BaseModel):
                                      "success rate reaches this.")
     after: int | None = Field(None, ge=1, description="Move on after this many iterations "
                               "in the stage.")
+
+
+#: Settings that were removed: their old default and what to do instead.
+REMOVED: dict[str, tuple[Any, str]] = {
+    "symbol_floor": (0.0, "answer_floor (a default) keeps a dead answer alive without "
+                     "pulling solved ones towards the others, and the generality suite "
+                     "showed no gain from it (docs/learning.md, section 2.5)"),
+}
 
 
 class TrainConfig(BaseModel):
@@ -102,9 +110,6 @@ class TrainConfig(BaseModel):
         0.3, gt=0, description="The entropy bonus applies only to tokens whose entropy (nats) "
         "is below this: a floor against collapse, not a push that outweighs rare successes. "
         "None: to every token.")
-    symbol_floor: float = Field(
-        0.0, ge=0, description="Weight of a term raising the mean log-probability of the task's "
-        "alphabet at each generated symbol (Task.symbols, one token per symbol). 0: off.")
     answer_floor: float = Field(
         0.1, ge=0, lt=1, description="Lifts any answer symbol given, averaged over the batch's "
         "answers, less than this fraction of its share 1/|alphabet| (Task.symbols). 0: off.")
@@ -163,6 +168,18 @@ class TrainConfig(BaseModel):
                                       "episodes/iter_N.jsonl per iteration.")
     wandb: bool = Field(False, description="Log to Weights & Biases (offline without a key).")
     wandb_project: str = Field("llm-marl", description="wandb project.")
+
+    #: Removed keys and what to do instead, for the unknown-key error.
+    removed: ClassVar[dict[str, str]] = {k: why for k, (_, why) in REMOVED.items()}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        """A removed key holding its old default (the resolved config.yaml of an earlier
+        run) is dropped; any other value stays, to fail as a removed key."""
+        if not isinstance(data, dict):
+            return data
+        return {k: v for k, v in data.items() if k not in REMOVED or v != REMOVED[k][0]}
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:

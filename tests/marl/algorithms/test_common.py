@@ -212,29 +212,6 @@ def answer_probs(t, s) -> torch.Tensor:
     return lp[:, 0].exp()
 
 
-def test_symbol_floor_lifts_every_answer_towards_its_share():
-    # No advantage, KL, entropy or answer floor: the symbol floor is the only term. It
-    # raises every answer the listener gives less than 1/4 (the entropy bonus's push on an
-    # answer vanishes with its probability; this one's does not), and without it nothing
-    # moves.
-    for floor in (0.0, 0.5):
-        ts, s = signal_samples(support="all")
-        t = ts["listener"]
-        before = answer_probs(t, s["listener"])
-        cfg = TrainConfig(kl_coef=0, entropy_coef=0, symbol_floor=floor, answer_floor=0,
-                          lr=3e-3)
-        for step in range(30):
-            update(t, s["listener"], cfg, 0.0, step)
-        after = answer_probs(t, s["listener"])
-        if floor == 0:
-            assert torch.equal(before, after)
-        else:
-            assert after.min() > 2 * before.min()
-            assert after.sum() > before.sum()
-            low = before < 0.25 * before.sum()  # below their share among the answers
-            assert low.any() and (after[low] > before[low]).all()
-
-
 def test_answer_floor_lifts_answers_given_too_rarely_and_nothing_else():
     # No advantage, KL or entropy. The untrained listener gives each answer about 1/97 of
     # the time: below half its share (0.5 / 4), so the term lifts all four; with a floor

@@ -345,6 +345,18 @@ def test_config_file_errors_name_file_and_line(tmp_path):
     assert f"{path}:2: clip_hihg" in str(err.value) and "clip_high" in str(err.value)
 
 
+def test_a_removed_setting_names_the_fix_and_its_old_default_still_loads(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("lr: 0.001\nsymbol_floor: 0.01\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert (f"{path}:2: symbol_floor: this setting was removed: answer_floor (a default) "
+            "keeps a dead answer alive") in str(err.value)
+    # A resolved config.yaml of an earlier run holds the old default: it loads as before.
+    old = TrainConfig().model_dump() | {"symbol_floor": 0.0}
+    assert TrainConfig.model_validate(old) == TrainConfig()
+
+
 @pytest.mark.parametrize("name", ["magrpo", "grpo", "ppo"])
 def test_shipped_algorithm_configs_load(name):
     cfg = load_config(ROOT / "configs" / "algorithm" / f"{name}.yaml")
@@ -717,11 +729,11 @@ def test_trainer_turns_on_deterministic_algorithms_for_cpu_models(tmp_path, monk
     assert calls == [((True,), {"warn_only": True})]
 
 
-def test_symbol_floor_needs_a_task_that_names_its_alphabets(toy, tmp_path):
-    with pytest.raises(MarlError, match="symbol_floor needs every symbol of every message as "
-                                        "one token, but task say_digit_v0 names no alphabet "
-                                        "for a's answers.*set symbol_floor: 0"):
-        Trainer(toy, small(symbol_floor=0.1), tmp_path / "run")
+def test_signal_entropy_needs_a_task_that_names_its_alphabets(toy, tmp_path):
+    with pytest.raises(MarlError, match="signal_entropy needs every symbol of every message "
+                                        "as one token, but task say_digit_v0 names no "
+                                        "alphabet for a's answers.*set signal_entropy: 0"):
+        Trainer(toy, small(signal_entropy=0.1), tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 
