@@ -3,7 +3,7 @@ each trained with the defaults and nothing else for a fixed budget, and scored a
 what its task makes possible.
 
     python benchmarks/generality.py [--budget 600] [--jobs 1] [--only NAME ...]
-                                    [--out runs/generality] [--set key=value ...]
+                                    [--seeds 1] [--out runs/generality] [--set key=value ...]
 
 Per variant:
 
@@ -22,7 +22,10 @@ Per variant:
 ``--set`` passes settings to every run (the suite's own figures use none). Runs go to
 ``OUT/NAME/`` (an existing run there is resumed); the table is printed and written to
 ``OUT/generality.json``. ``--jobs 2`` trains two variants at a time, each on one thread;
-``--report`` trains nothing and scores the runs already in ``OUT``.
+``--report`` trains nothing and scores the runs already in ``OUT``. ``--seeds N`` trains
+each variant with seeds 0 to N-1 (seed k > 0 in ``OUT/NAME-seedk/``, so a one-seed run is
+reused as seed 0), for decisions one draw cannot settle: a variant's figures are then the
+medians over its seeds, with its normalised score per seed beside them.
 """
 
 from __future__ import annotations
@@ -131,20 +134,47 @@ def figures(path: Path, out: Path, scripted: float, floor: float, episodes: int)
             "iterations": max((r.get("iteration", 0) for r in rows), default=0)}
 
 
+def run_dir(out: Path, name: str, seed: int) -> Path:
+    """Where a variant's run with ``seed`` goes (seed 0 where a one-seed suite puts it)."""
+    return out / (name if seed == 0 else f"{name}-seed{seed}")
+
+
+def over_seeds(runs: list[dict]) -> dict:
+    """A variant's figures from its runs with each seed: the median of each (a figure no
+    run reached, such as the time to 0.8 of the gap, counts as never), and the normalised
+    score of every seed."""
+    def median(key: str) -> float | None:
+        values = [r[key] for r in runs]
+        if key == "to_0.8_s":  # a run that never reached it is slower than any that did
+            values = [float("inf") if v is None else v for v in values]
+        values = [v for v in values if v is not None]
+        m = statistics.median(values) if values else None
+        return None if m is None or m == float("inf") else m
+
+    out = {k: median(k) for k in ("best", "final", "normalised", "to_0.8_s")}
+    out["iterations"] = int(statistics.median(r["iterations"] for r in runs))
+    out["seeds"] = [r["normalised"] for r in runs]
+    return out
+
+
 def table(results: dict[str, dict]) -> str:
-    head = ("| variant | scripted | floor | best | final | normalised | to 0.8 (s) | "
-            "iterations |\n|---|---|---|---|---|---|---|---|")
     fmt = lambda x, f="{:.2f}": "-" if x is None else f.format(x)  # noqa: E731
+    seeded = any(len(r.get("seeds", ())) > 1 for r in results.values())
+    head = ("| variant | scripted | floor | best | final | normalised | to 0.8 (s) | "
+            "iterations |" + (" normalised per seed |" if seeded else "")
+            + "\n|---|---|---|---|---|---|---|---|" + ("---|" if seeded else ""))
     lines = [head]
     for name, r in results.items():
+        per_seed = f" {', '.join(fmt(x) for x in r.get('seeds', ()))} |" if seeded else ""
         lines.append(f"| {name} | {fmt(r['scripted'])} | {fmt(r['floor'])} | {fmt(r['best'])} "
                      f"| {fmt(r['final'])} | {fmt(r['normalised'])} | "
-                     f"{fmt(r['to_0.8_s'], '{:.0f}')} | {r['iterations']} |")
+                     f"{fmt(r['to_0.8_s'], '{:.0f}')} | {r['iterations']} |{per_seed}")
     scores = [r["normalised"] for r in results.values() if r["normalised"] is not None]
     if scores:
         solved = sum(s >= 0.8 for s in scores)
+        of = " (each variant's median over its seeds)" if seeded else ""
         lines.append(f"\n{solved} of {len(scores)} variants at a normalised score of 0.8 or "
-                     f"more; median {statistics.median(scores):.2f}.")
+                     f"more{of}; median {statistics.median(scores):.2f}.")
     return "\n".join(lines)
 
 
@@ -156,6 +186,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "generality")
     parser.add_argument("--episodes", type=int, default=1024,
                         help="eval instances of each reference and re-evaluation")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="train each variant with seeds 0 to N-1; report the medians")
     parser.add_argument("--set", dest="sets", action="append", default=[])
     parser.add_argument("--report", action="store_true",
                         help="train nothing; score the runs already in --out")
@@ -167,31 +199,44 @@ def main() -> None:
             raise SystemExit(f"unknown variants {sorted(unknown)}; they are "
                              f"{[p.stem for p in paths]}")
         paths = [p for p in paths if p.stem in args.only]
+    if args.seeds < 1:
+        raise SystemExit(f"--seeds {args.seeds}: train at least one seed per variant")
+    if args.seeds > 1 and any(s.split("=", 1)[0].strip() == "seed" for s in args.sets):
+        raise SystemExit("--seeds sets each run's seed; drop --set seed=... or use --seeds 1")
+    jobs = [(p, k) for p in paths for k in range(args.seeds)]
     results: dict[str, dict] = {}
     for p in paths:
         scripted, floor = references(p, args.episodes)
         results[p.stem] = {"scripted": scripted, "floor": floor}
         print(f"{p.stem}: scripted {scripted:.2f}, floor {floor:.2f}", flush=True)
-    pending, running = ([] if args.report else list(paths)), {}
+    pending, running, exits = ([] if args.report else list(jobs)), {}, {}
     start = time.perf_counter()
     while pending or running:
         while pending and len(running) < args.jobs:
-            p = pending.pop(0)
-            running[p.stem] = train(p, args.out / p.stem, args.budget, args.sets)
+            p, k = pending.pop(0)
+            out = run_dir(args.out, p.stem, k)
+            running[out.name] = train(p, out, args.budget,
+                                      args.sets + ([f"seed={k}"] if k else []))
         for name, proc in list(running.items()):
             if proc.poll() is None:
                 continue
             del running[name]
             print(f"{name}: trained (exit {proc.returncode}; "
                   f"{time.perf_counter() - start:.0f} s in)", flush=True)
-            results[name]["exit"] = proc.returncode
+            exits[name] = proc.returncode
         time.sleep(1)
     for p in paths:
         r = results[p.stem]
-        r.update(figures(p, args.out / p.stem, r["scripted"], r["floor"], args.episodes))
+        runs = [figures(p, run_dir(args.out, p.stem, k), r["scripted"], r["floor"],
+                        args.episodes) for k in range(args.seeds)]
+        r.update(runs[0] if args.seeds == 1 else over_seeds(runs))
+        codes = [exits.get(run_dir(args.out, p.stem, k).name) for k in range(args.seeds)]
+        if any(c is not None for c in codes):
+            r["exit"] = codes[0] if args.seeds == 1 else codes
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "generality.json").write_text(json.dumps(
-        {"budget_s": args.budget, "sets": args.sets, "results": results}, indent=2) + "\n")
+        {"budget_s": args.budget, "seeds": args.seeds, "sets": args.sets, "results": results},
+        indent=2) + "\n")
     print(table(results))
 
 
