@@ -20,19 +20,25 @@ if TYPE_CHECKING:
     from marl.algorithms.common import Trainable
 
 
-def support_kind(cfg: TrainConfig) -> Literal["all", "answers"] | None:
-    """Which rows' alphabets the loss needs: every row's (``signal_entropy``), the answers'
-    (``answer_floor``) or none."""
+Support = Literal["all", "available", "answers"]
+
+
+def support_kind(cfg: TrainConfig) -> Support | None:
+    """Which rows' alphabets the loss needs: every row's (``signal_entropy``), every row's
+    that has one (``kl_scope: format``), the answers' (``answer_floor``) or none."""
     if cfg.signal_entropy > 0:
         return "all"
+    if cfg.kl_scope == "format":
+        return "available"
     return "answers" if cfg.answer_floor > 0 else None
 
 
 def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                     log: Callable[[str], None]) -> None:
     """Before training: ``signal_entropy`` needs every call's alphabet as tokens (an error
-    naming the fix otherwise); ``answer_floor`` skips answers without one (``log`` says so,
-    once per agent). ``teams``: the run's curriculum stages."""
+    naming the fix otherwise); ``answer_floor`` skips answers without one, and ``kl_scope:
+    format`` holds calls without one to the whole KL (``log`` says so, once per agent).
+    ``teams``: the run's curriculum stages."""
     kind = support_kind(cfg)
     if kind is None:
         return
@@ -51,7 +57,11 @@ def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                             f"token, but {e}; set signal_entropy: 0.") from None
                     skipped.setdefault(agent, str(e))
     for agent, why in skipped.items():
-        log(f"answer_floor does not apply to {agent}'s answers: {why}.")
+        if kind == "answers":
+            log(f"answer_floor does not apply to {agent}'s answers: {why}.")
+        else:
+            log(f"kl_scope: format holds {agent}'s calls without an alphabet to the whole "
+                f"KL: {why}.")
 
 
 def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[int]]:
@@ -75,13 +85,14 @@ def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[i
 
 
 def alphabet(t: Trainable, team: Team, call: tuple[str, bool],
-              support: Literal["all", "answers"]) -> list[list[int]]:
+              support: Support) -> list[list[int]]:
     """A call's alphabets for ``support``: every call's (``signal_entropy``, which the trainer
-    checked could be had), or an answer's where the task and tokenizer give one."""
+    checked could be had), or, where the task and tokenizer give one, every call's or an
+    answer's."""
     if support == "all":
         return symbol_ids(t, team, *call)
     try:
-        return symbol_ids(t, team, *call) if call[1] else []
+        return symbol_ids(t, team, *call) if call[1] or support == "available" else []
     except MarlError:  # answer_floor skips such answers; the trainer said so at start
         return []
 

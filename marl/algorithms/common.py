@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 
 from marl import seeds
 from marl.algorithms.alphabets import (
+    Support,
     alphabet,
     answer_floor_gap,
     pad_ids,
@@ -129,7 +129,7 @@ class Samples:
 
 def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
                 with_demos: bool, oracle: EpisodeBatch | None = None,
-                support: Literal["all", "answers"] | None = None) -> Samples:
+                support: Support | None = None) -> Samples:
     """Rows of ``t``'s agents; ``adv`` is ``(B, N)`` per-agent advantages (or ``(B, K, L)``
     per-token ones). ``oracle``: episodes played by the task oracle, whose calls are added
     as demonstration-only rows (no completion, advantage 0). ``support``: with the
@@ -227,8 +227,8 @@ def aggregate(x: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
 
 
 def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = False,
-               kl: bool = False, support: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, ...]:
+               kl: bool = False, support: torch.Tensor | None = None,
+               lump_support: bool = False) -> tuple[torch.Tensor, ...]:
     """:meth:`LMPolicy.score` with every distinct (prompt, completion) pair run once.
 
     A group's G rollouts share their first prompts, their demonstrations are equal, and a
@@ -246,7 +246,8 @@ def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = F
             first.setdefault(u, row)
         support = support[list(first.values())]
     out = t.policy.score([p for p, _ in unique], [list(c) for _, c in unique], entropy=entropy,
-                         reference=t.reference if kl else None, support=support)
+                         reference=t.reference if kl else None, support=support,
+                         lump_support=lump_support)
     rows = torch.tensor(index, device=out[0].device)
     return tuple(x.index_select(0, rows) for x in out)
 
@@ -261,7 +262,8 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
     log-prob ``(S, L, A)`` of each symbol of each token's alphabet, when ``s`` has a
     support)."""
     lp, mask, ent, *rest = scored or score_rows(t, s.prompts, s.completions, entropy=True,
-                                                kl=t.reference is not None, support=s.support)
+                                                kl=t.reference is not None, support=s.support,
+                                                lump_support=cfg.kl_scope == "format")
     kl_tok = rest[:1] if t.reference is not None else []
     width = lp.shape[1]
     old = s.old_logprobs[:, :width].to(lp.device)
@@ -408,7 +410,7 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
         support = torch.cat([s.support[gen_rows],
                              s.support.new_full((len(demo_rows), *s.support.shape[1:]), -1)])
     scored = score_rows(t, prompts, targets, entropy=True, kl=t.reference is not None,
-                        support=support)
+                        support=support, lump_support=cfg.kl_scope == "format")
     lp, mask = scored[:2]
     g = len(gen_rows)
     if gen_rows:
