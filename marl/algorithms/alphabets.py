@@ -25,19 +25,20 @@ Support = Literal["all", "available", "answers"]
 
 def support_kind(cfg: TrainConfig) -> Support | None:
     """Which rows' alphabets the loss needs: every row's (``signal_entropy``), every row's
-    that has one (``kl_scope: format``), the answers' (``answer_floor``) or none."""
+    that has one (``kl_scope: format``), the answers' (``answer_floor``, ``kl_scope:
+    answers``) or none."""
     if cfg.signal_entropy > 0:
         return "all"
     if cfg.kl_scope == "format":
         return "available"
-    return "answers" if cfg.answer_floor > 0 else None
+    return "answers" if cfg.answer_floor > 0 or cfg.kl_scope == "answers" else None
 
 
 def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                     log: Callable[[str], None]) -> None:
     """Before training: ``signal_entropy`` needs every call's alphabet as tokens (an error
-    naming the fix otherwise); ``answer_floor`` skips answers without one, and ``kl_scope:
-    format`` holds calls without one to the whole KL (``log`` says so, once per agent).
+    naming the fix otherwise); ``answer_floor`` skips answers without one, and ``kl_scope``
+    keeps the whole KL for calls without one (``log`` says so, once per agent).
     ``teams``: the run's curriculum stages."""
     kind = support_kind(cfg)
     if kind is None:
@@ -57,11 +58,10 @@ def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                             f"token, but {e}; set signal_entropy: 0.") from None
                     skipped.setdefault(agent, str(e))
     for agent, why in skipped.items():
-        if kind == "answers":
-            log(f"answer_floor does not apply to {agent}'s answers: {why}.")
-        else:
-            log(f"kl_scope: format holds {agent}'s calls without an alphabet to the whole "
-                f"KL: {why}.")
+        parts = [f"answer_floor does not apply to {agent}'s answers"] * (cfg.answer_floor > 0)
+        if cfg.kl_scope != "token":
+            parts.append(f"the KL of {agent}'s calls without an alphabet is the whole one")
+        log(f"{'; '.join(parts)}: {why}.")
 
 
 def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[int]]:

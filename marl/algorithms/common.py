@@ -228,7 +228,7 @@ def aggregate(x: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
 
 def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = False,
                kl: bool = False, support: torch.Tensor | None = None,
-               lump_support: bool = False) -> tuple[torch.Tensor, ...]:
+               lump_support: bool | torch.Tensor = False) -> tuple[torch.Tensor, ...]:
     """:meth:`LMPolicy.score` with every distinct (prompt, completion) pair run once.
 
     A group's G rollouts share their first prompts, their demonstrations are equal, and a
@@ -245,6 +245,8 @@ def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = F
         for row, u in enumerate(index):
             first.setdefault(u, row)
         support = support[list(first.values())]
+        if torch.is_tensor(lump_support):
+            lump_support = lump_support[list(first.values())]
     out = t.policy.score([p for p, _ in unique], [list(c) for _, c in unique], entropy=entropy,
                          reference=t.reference if kl else None, support=support,
                          lump_support=lump_support)
@@ -263,7 +265,7 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
     support)."""
     lp, mask, ent, *rest = scored or score_rows(t, s.prompts, s.completions, entropy=True,
                                                 kl=t.reference is not None, support=s.support,
-                                                lump_support=cfg.kl_scope == "format")
+                                                lump_support=kl_lumping(cfg, s.answer))
     kl_tok = rest[:1] if t.reference is not None else []
     width = lp.shape[1]
     old = s.old_logprobs[:, :width].to(lp.device)
@@ -301,6 +303,14 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
             stats["rare_answers"] = rare
     stats["clip_frac"] = float(aggregate(((ratio - clipped).abs() > 0).float(), mask, "token"))
     return loss, stats
+
+
+def kl_lumping(cfg: TrainConfig, answer: torch.Tensor | None) -> bool | torch.Tensor:
+    """The rows whose KL counts a symbol's alphabet as one outcome (``kl_scope``): none,
+    every row, or the answers (``answer``: the rows' answer mask)."""
+    if cfg.kl_scope == "answers" and answer is not None:
+        return answer
+    return cfg.kl_scope == "format"
 
 
 def regularized(s: Samples, mask: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
@@ -409,8 +419,11 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
     if s.support is not None:
         support = torch.cat([s.support[gen_rows],
                              s.support.new_full((len(demo_rows), *s.support.shape[1:]), -1)])
+    lump = kl_lumping(cfg, s.answer)
+    if torch.is_tensor(lump):
+        lump = torch.cat([lump[gen_rows], lump.new_zeros(len(demo_rows))])
     scored = score_rows(t, prompts, targets, entropy=True, kl=t.reference is not None,
-                        support=support, lump_support=cfg.kl_scope == "format")
+                        support=support, lump_support=lump)
     lp, mask = scored[:2]
     g = len(gen_rows)
     if gen_rows:

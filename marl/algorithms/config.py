@@ -91,10 +91,11 @@ class TrainConfig(BaseModel):
     kl_coef: float = Field(0.1, ge=0, description="Weight of the exact KL(π || π_ref) over the "
                            "vocabulary at every generated token; the reference is the policy RL "
                            "started from, renewed by kl_reset_at and on promotion.")
-    kl_scope: Literal["token", "format"] = Field(
+    kl_scope: Literal["token", "answers", "format"] = Field(
         "token", description="token: the KL over each generated token's whole distribution; "
         "format: a symbol's alphabet (Task.symbols) counts as one outcome, so the anchor keeps "
-        "messages well formed without holding an agent to which symbol it used to say.")
+        "messages well formed without holding an agent to which symbol it used to say; "
+        "answers: so only in answers.")
     kl_reset_at: float | None = Field(
         None, gt=0, le=1, description="When the team evaluates at this success rate, "
         "kl_reset_every iterations or more after the last reset, the KL reference becomes the "

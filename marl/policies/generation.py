@@ -248,7 +248,7 @@ def completion_text(tokens: Sequence[int], decode: Callable[[list[int]], str],
 def score(model: CausalLM, prompts: Sequence[Sequence[int]],
           completions: Sequence[Sequence[int]], *, pad_id: int, temperature: float = 1.0,
           entropy: bool = False, reference: CausalLM | None = None,
-          support: torch.Tensor | None = None, lump_support: bool = False
+          support: torch.Tensor | None = None, lump_support: bool | torch.Tensor = False
           ) -> tuple[torch.Tensor, ...]:
     """Log-probs of given completions under the current parameters (differentiable).
 
@@ -259,8 +259,9 @@ def score(model: CausalLM, prompts: Sequence[Sequence[int]],
     ``(B, L)`` (differentiable in π; the reference runs without gradients), plus, given
     ``support`` ``(B, L', A)`` (token ids, -1 for none; positions past ``L'`` have none),
     the log-prob ``(B, L, A)`` of each position's support tokens (0 where there is none).
-    With ``lump_support``, the KL counts each position's support tokens as one outcome
-    (:func:`lumped_kl`). Uses the same temperature convention as :func:`generate`.
+    With ``lump_support`` (``True``, or a ``(B,)`` mask of the rows), the KL counts each
+    position's support tokens as one outcome (:func:`lumped_kl`). Uses the same
+    temperature convention as :func:`generate`.
 
     Rows that repeat a prompt share its forward pass: the distinct prompts run once (a
     stem they all share, once, when that pays), and every completion continues from its
@@ -276,8 +277,10 @@ def score(model: CausalLM, prompts: Sequence[Sequence[int]],
     if reference is not None:
         with torch.no_grad():
             ref, _ = _log_dist(reference, prompts, completions, pad_id, temperature)
-        if lump_support and support is not None:
-            kl = lumped_kl(logall, ref, support)
+        if support is not None and (lump_support is True or torch.is_tensor(lump_support)):
+            rows = torch.ones(len(support), dtype=torch.bool) if lump_support is True \
+                else lump_support.bool()
+            kl = lumped_kl(logall, ref, support.masked_fill(~rows.cpu()[:, None, None], -1))
         else:
             kl = (logall.exp() * (logall - ref)).sum(-1)
         result.append(kl.masked_fill(~out_mask, 0.0))

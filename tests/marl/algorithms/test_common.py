@@ -198,6 +198,8 @@ def test_each_loss_term_asks_for_the_alphabets_it_needs():
     assert support_kind(TrainConfig()) == "answers"  # answer_floor
     assert support_kind(TrainConfig(kl_scope="format")) == "available"
     assert support_kind(TrainConfig(kl_scope="format", signal_entropy=0.1)) == "all"
+    assert support_kind(TrainConfig(kl_scope="answers", answer_floor=0)) == "answers"
+    assert support_kind(TrainConfig(answer_floor=0)) is None
     with pytest.raises(ValueError, match="kl_coef=0 switches that term off"):
         TrainConfig(kl_scope="format", kl_coef=0)
 

@@ -188,3 +188,8 @@ def test_score_lumps_the_kl_over_the_support_only_when_asked(lm):
                              support=support, lump_support=True)[:3]
     assert (lumped[:, 0] < full[:, 0]).all()  # data processing: a coarser KL is smaller
     assert torch.equal(lumped[:, 1:], full[:, 1:])  # no support there: the whole KL
+    with torch.no_grad():  # kl_scope: answers lumps the masked rows only
+        rows = torch.tensor([True, False, True])
+        some = score(lm, ps, comps, pad_id=TOK.pad_id, reference=reference, support=support,
+                     lump_support=rows)[2]
+    assert torch.equal(some[rows], lumped[rows]) and torch.equal(some[~rows], full[~rows])
