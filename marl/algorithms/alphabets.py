@@ -20,26 +20,19 @@ if TYPE_CHECKING:
     from marl.algorithms.common import Trainable
 
 
-Support = Literal["all", "available", "answers"]
-
-
-def support_kind(cfg: TrainConfig) -> Support | None:
-    """Which rows' alphabets the loss needs: every row's (``signal_entropy``), every row's
-    that has one (``kl_scope: format``), the answers' (``answer_floor``, ``kl_scope:
-    answers``) or none."""
+def support_kind(cfg: TrainConfig) -> Literal["all", "answers"] | None:
+    """Which rows' alphabets the loss needs: every row's (``signal_entropy``), the answers'
+    (``answer_floor``) or none."""
     if cfg.signal_entropy > 0:
         return "all"
-    if cfg.kl_scope == "format":
-        return "available"
-    return "answers" if cfg.answer_floor > 0 or cfg.kl_scope == "answers" else None
+    return "answers" if cfg.answer_floor > 0 else None
 
 
 def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                     log: Callable[[str], None]) -> None:
     """Before training: ``signal_entropy`` needs every call's alphabet as tokens (an error
-    naming the fix otherwise); ``answer_floor`` skips answers without one, and ``kl_scope``
-    keeps the whole KL for calls without one (``log`` says so, once per agent).
-    ``teams``: the run's curriculum stages."""
+    naming the fix otherwise); ``answer_floor`` skips answers without one (``log`` says so,
+    once per agent). ``teams``: the run's curriculum stages."""
     kind = support_kind(cfg)
     if kind is None:
         return
@@ -58,10 +51,7 @@ def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                             f"token, but {e}; set signal_entropy: 0.") from None
                     skipped.setdefault(agent, str(e))
     for agent, why in skipped.items():
-        parts = [f"answer_floor does not apply to {agent}'s answers"] * (cfg.answer_floor > 0)
-        if cfg.kl_scope != "token":
-            parts.append(f"the KL of {agent}'s calls without an alphabet is the whole one")
-        log(f"{'; '.join(parts)}: {why}.")
+        log(f"answer_floor does not apply to {agent}'s answers: {why}.")
 
 
 def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[int]]:
@@ -85,14 +75,13 @@ def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[i
 
 
 def alphabet(t: Trainable, team: Team, call: tuple[str, bool],
-              support: Support) -> list[list[int]]:
+              support: Literal["all", "answers"]) -> list[list[int]]:
     """A call's alphabets for ``support``: every call's (``signal_entropy``, which the trainer
-    checked could be had), or, where the task and tokenizer give one, every call's or an
-    answer's."""
+    checked could be had), or an answer's where the task and tokenizer give one."""
     if support == "all":
         return symbol_ids(t, team, *call)
     try:
-        return symbol_ids(t, team, *call) if call[1] or support == "available" else []
+        return symbol_ids(t, team, *call) if call[1] else []
     except MarlError:  # answer_floor skips such answers; the trainer said so at start
         return []
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
 from marl import seeds
 from marl.algorithms.alphabets import (
-    Support,
     alphabet,
     answer_floor_gap,
     pad_ids,
@@ -129,7 +129,7 @@ class Samples:
 
 def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
                 with_demos: bool, oracle: EpisodeBatch | None = None,
-                support: Support | None = None) -> Samples:
+                support: Literal["all", "answers"] | None = None) -> Samples:
     """Rows of ``t``'s agents; ``adv`` is ``(B, N)`` per-agent advantages (or ``(B, K, L)``
     per-token ones). ``oracle``: episodes played by the task oracle, whose calls are added
     as demonstration-only rows (no completion, advantage 0). ``support``: with the
@@ -227,8 +227,8 @@ def aggregate(x: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
 
 
 def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = False,
-               kl: bool = False, support: torch.Tensor | None = None,
-               lump_support: bool | torch.Tensor = False) -> tuple[torch.Tensor, ...]:
+               kl: bool = False, support: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, ...]:
     """:meth:`LMPolicy.score` with every distinct (prompt, completion) pair run once.
 
     A group's G rollouts share their first prompts, their demonstrations are equal, and a
@@ -245,11 +245,8 @@ def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = F
         for row, u in enumerate(index):
             first.setdefault(u, row)
         support = support[list(first.values())]
-        if torch.is_tensor(lump_support):
-            lump_support = lump_support[list(first.values())]
     out = t.policy.score([p for p, _ in unique], [list(c) for _, c in unique], entropy=entropy,
-                         reference=t.reference if kl else None, support=support,
-                         lump_support=lump_support)
+                         reference=t.reference if kl else None, support=support)
     rows = torch.tensor(index, device=out[0].device)
     return tuple(x.index_select(0, rows) for x in out)
 
@@ -264,8 +261,7 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
     log-prob ``(S, L, A)`` of each symbol of each token's alphabet, when ``s`` has a
     support)."""
     lp, mask, ent, *rest = scored or score_rows(t, s.prompts, s.completions, entropy=True,
-                                                kl=t.reference is not None, support=s.support,
-                                                lump_support=kl_lumping(cfg, s.answer))
+                                                kl=t.reference is not None, support=s.support)
     kl_tok = rest[:1] if t.reference is not None else []
     width = lp.shape[1]
     old = s.old_logprobs[:, :width].to(lp.device)
@@ -303,14 +299,6 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
             stats["rare_answers"] = rare
     stats["clip_frac"] = float(aggregate(((ratio - clipped).abs() > 0).float(), mask, "token"))
     return loss, stats
-
-
-def kl_lumping(cfg: TrainConfig, answer: torch.Tensor | None) -> bool | torch.Tensor:
-    """The rows whose KL counts a symbol's alphabet as one outcome (``kl_scope``): none,
-    every row, or the answers (``answer``: the rows' answer mask)."""
-    if cfg.kl_scope == "answers" and answer is not None:
-        return answer
-    return cfg.kl_scope == "format"
 
 
 def regularized(s: Samples, mask: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
@@ -419,11 +407,8 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
     if s.support is not None:
         support = torch.cat([s.support[gen_rows],
                              s.support.new_full((len(demo_rows), *s.support.shape[1:]), -1)])
-    lump = kl_lumping(cfg, s.answer)
-    if torch.is_tensor(lump):
-        lump = torch.cat([lump[gen_rows], lump.new_zeros(len(demo_rows))])
     scored = score_rows(t, prompts, targets, entropy=True, kl=t.reference is not None,
-                        support=support, lump_support=lump)
+                        support=support)
     lp, mask = scored[:2]
     g = len(gen_rows)
     if gen_rows:

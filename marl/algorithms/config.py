@@ -91,11 +91,6 @@ class TrainConfig(BaseModel):
     kl_coef: float = Field(0.1, ge=0, description="Weight of the exact KL(π || π_ref) over the "
                            "vocabulary at every generated token; the reference is the policy RL "
                            "started from, renewed by kl_reset_at and on promotion.")
-    kl_scope: Literal["token", "answers", "format"] = Field(
-        "token", description="token: the KL over each generated token's whole distribution; "
-        "format: a symbol's alphabet (Task.symbols) counts as one outcome, so the anchor keeps "
-        "messages well formed without holding an agent to which symbol it used to say; "
-        "answers: so only in answers.")
     kl_reset_at: float | None = Field(
         None, gt=0, le=1, description="When the team evaluates at this success rate, "
         "kl_reset_every iterations or more after the last reset, the KL reference becomes the "
@@ -239,9 +234,6 @@ class TrainConfig(BaseModel):
             raise ValueError(f"kl_reset_at={self.kl_reset_at} resets the KL term's reference, "
                              "and kl_coef=0 switches that term off; set kl_coef > 0 or drop "
                              "kl_reset_at.")
-        if "kl_scope" in changed and self.kl_coef == 0:
-            raise ValueError(f"kl_scope={self.kl_scope} shapes the KL term, and kl_coef=0 "
-                             "switches that term off; set kl_coef > 0 or drop kl_scope.")
         if self.demo_episodes and not self.sft_coef:
             raise ValueError(f"demo_episodes={self.demo_episodes} adds oracle-played "
                              "demonstrations to the SFT term, which sft_coef=0 switches off; "

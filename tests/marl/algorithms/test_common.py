@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from marl.algorithms.alphabets import support_kind
 from marl.algorithms.common import oracle_episodes, samples_for, score_rows, trainables, update
 from marl.algorithms.config import TrainConfig
 from marl.policies.scripted import ScriptedPolicy
@@ -190,18 +189,6 @@ def test_samples_carry_each_calls_alphabet_as_token_ids():
     assert torch.equal(answers["listener"].support, s["listener"].support)
     assert (answers["speaker"].support == -1).all()
     assert signal_samples(support=None)[1]["listener"].support is None
-    _, available = signal_samples(support="available")  # kl_scope: format, where given
-    assert all(torch.equal(available[n].support, s[n].support) for n in s)
-
-
-def test_each_loss_term_asks_for_the_alphabets_it_needs():
-    assert support_kind(TrainConfig()) == "answers"  # answer_floor
-    assert support_kind(TrainConfig(kl_scope="format")) == "available"
-    assert support_kind(TrainConfig(kl_scope="format", signal_entropy=0.1)) == "all"
-    assert support_kind(TrainConfig(kl_scope="answers", answer_floor=0)) == "answers"
-    assert support_kind(TrainConfig(answer_floor=0)) is None
-    with pytest.raises(ValueError, match="kl_coef=0 switches that term off"):
-        TrainConfig(kl_scope="format", kl_coef=0)
 
 
 def test_pg_loss_is_the_policy_gradient_term_and_loss_the_total():

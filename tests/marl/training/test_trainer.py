@@ -747,19 +747,6 @@ def test_answer_floor_skips_answers_without_an_alphabet_and_says_so(toy, tmp_pat
     assert all(r["rare_answers"] == 0.0 for r in rows)
 
 
-@pytest.mark.parametrize("scope", ["answers", "format"])
-def test_kl_scope_keeps_the_whole_kl_where_there_is_no_alphabet(toy, tmp_path, scope):
-    said, whole = [], []
-    trainer = Trainer(toy, small(kl_scope=scope, answer_floor=0, iterations=2), tmp_path / "a",
-                      log=said.append)
-    assert said == ["the KL of a's calls without an alphabet is the whole one: task "
-                    "say_digit_v0 names no alphabet for a's answers (Task.symbols returns None)."]
-    reference = Trainer(toy, small(answer_floor=0, iterations=2), tmp_path / "b",
-                        log=whole.append)
-    kls = [(trainer.step()["kl"], reference.step()["kl"]) for _ in range(2)]
-    assert kls[1][0] == kls[1][1] > 0  # the same run: one update in, a KL of its own
-
-
 @pytest.mark.parametrize("baseline", ["mean", "mean_std"])
 def test_anchor_credit_is_each_calls_q_minus_v(baseline):
     """credit: anchor on a batch of the five-agent relay whose agents say 'a' or 'b' at
