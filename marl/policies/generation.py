@@ -11,6 +11,7 @@ log-probs under ``T = 1``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,7 +19,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from marl.policies.kv_reuse import KVStore, Reuse, Stored, stem_length
+from marl.policies.kv_reuse import KVStore, Reuse, Stored, stem_groups, stem_length
 
 
 class CausalLM(Protocol):
@@ -301,7 +302,33 @@ def _log_dist(model: CausalLM, prompts: Sequence[Sequence[int]],
               completions: Sequence[Sequence[int]], pad_id: int,
               temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-distributions ``(B, n, V)`` before each completion token (temperature-scaled)
-    and the tokens ``(B, n)``, left-aligned."""
+    and the tokens ``(B, n)``, left-aligned. Prompts that part early and then share long
+    stems in groups (the agents of one shared policy) are scored group by group
+    (:func:`stem_groups`)."""
+    n = max(len(c) for c in completions)
+    groups = stem_groups([tuple(p) for p in prompts]) if n else []
+    if len(groups) < 2:
+        return _log_dist_group(model, prompts, completions, pad_id, temperature)
+    logall = targets = None
+    for group in groups:
+        if not (m := max(len(completions[i]) for i in group)):
+            continue  # no token to score: the rows keep a uniform, masked distribution
+        part, tokens = _log_dist_group(model, [prompts[i] for i in group],
+                                       [completions[i] for i in group], pad_id, temperature)
+        if logall is None:
+            logall = part.new_full((len(prompts), n, part.shape[-1]), -math.log(part.shape[-1]))
+            targets = tokens.new_full((len(prompts), n), pad_id)
+        index = torch.tensor(group, device=part.device)
+        logall = logall.index_copy(0, index, F.pad(part, (0, 0, 0, n - m),
+                                                   value=-math.log(part.shape[-1])))
+        targets = targets.index_copy(0, index, F.pad(tokens, (0, n - m), value=pad_id))
+    return logall, targets
+
+
+def _log_dist_group(model: CausalLM, prompts: Sequence[Sequence[int]],
+                    completions: Sequence[Sequence[int]], pad_id: int,
+                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_log_dist` for prompts scored in one call."""
     n = max(len(c) for c in completions)
     distinct: dict[tuple[int, ...], int] = {}
     rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]

@@ -8,7 +8,7 @@ import torch
 
 from marl.policies import generation
 from marl.policies.generation import Sampling, generate, score
-from marl.policies.kv_reuse import KVStore, Stored, stem_length
+from marl.policies.kv_reuse import KVStore, Stored, stem_groups, stem_length
 from tests.marl.policies.conftest import BACKENDS, backend_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -108,3 +108,48 @@ def test_one_stored_row_is_taken_as_the_same_columns_as_from_many():
     short = len(prompts[j]) - suffix  # a shorter prompt reuses fewer of the stem's tokens
     assert short < 40 and torch.equal(outs[0][j, :, 40 - short : 40], kv[0, :, :short])
     assert not outs[0][j, :, : 40 - short].any()
+
+
+def agent_prompts(agents: int = 3, rows: int = 4, seed: int = 0) -> list[tuple[int, ...]]:
+    """A shared policy's prompts: they part at the agent's name, then each agent's rows
+    share a 30-token stem of their own and differ in a short message."""
+    rng = random.Random(seed)
+    head = tuple(rng.randrange(3, 90) for _ in range(4))
+    out = []
+    for a in range(agents):
+        stem = tuple(rng.randrange(3, 90) for _ in range(30))
+        out += [head + (90 + a,) + stem + tuple(rng.randrange(3, 90) for _ in range(3))
+                for _ in range(rows)]
+    return out
+
+
+def test_prompts_that_part_at_the_agent_are_grouped_by_agent():
+    prompts = agent_prompts()
+    assert stem_length(prompts) == 0  # no stem for all of them
+    assert stem_groups(prompts) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert stem_groups(prompts, most=2) == [list(range(12))]  # three groups are too many
+    assert stem_groups(listener_prompts()) == [list(range(12))]  # one stem already pays
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scoring_group_by_group_equals_scoring_each_row_alone(backend, request):
+    model, module, pad = make(backend, request)
+    prompts = agent_prompts()
+    rng = random.Random(2)
+    comps = [tuple(rng.randrange(3, 90) for _ in range(rng.randint(1, 4))) for _ in prompts]
+    comps[5] = ()  # a row with nothing to score
+    lp, mask, ent = score(model, prompts, comps, pad_id=pad, entropy=True)
+    ((lp * mask).sum() + ent.sum()).backward()
+    grouped = [p.grad.clone() for p in module.parameters()]
+    module.zero_grad()
+    alone = [score(model, [p], [c or (3,)], pad_id=pad, entropy=True)
+             for p, c in zip(prompts, comps, strict=True)]
+    sum((a * m).sum() + e.sum() for (a, m, e), c in zip(alone, comps, strict=True)
+        if c).backward()
+    for i, (a, _, e) in enumerate(alone):
+        n = len(comps[i])
+        torch.testing.assert_close(lp[i, :n], a[0, :n], atol=1e-5, rtol=0)
+        torch.testing.assert_close(ent[i, :n], e[0, :n], atol=1e-5, rtol=0)
+        assert mask[i].sum() == n and not lp[i, n:].any() and not ent[i, n:].any()
+    for g, p in zip(grouped, module.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad, atol=1e-5, rtol=1e-4)
