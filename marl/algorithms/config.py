@@ -130,7 +130,7 @@ class TrainConfig(BaseModel):
     warmup_prior: Literal["habits", "ciphers", "uniform"] = Field(
         "habits", description="random warm-up: habits (an arbitrary message per agent and "
         "observation), ciphers (what the agent read through a private cipher; tasks with "
-        "Task.read_symbols) or uniform (a fresh random message every time).")
+        "Task.symbols) or uniform (a fresh random message every time).")
     habit_strength: float = Field(
         0.75, gt=0, le=1, description="habits, ciphers: probability that an agent says its "
         "habit in the warm-up's episodes (else a fresh random message).")

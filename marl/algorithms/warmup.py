@@ -21,9 +21,10 @@ the policy's stop string. Sources:
     has, and teammates hear each other's habits: reward can then reach every agent through
     its input.
   - ``ciphers``: habits that generalise over observations. A habit is what the agent read
-    (:meth:`Task.read_symbols`) through a private random cipher of its own, symbol by
-    symbol (:meth:`Habits.enciphered`), one rule instead of one habit per observation;
-    where the task lines nothing up, a habit as under ``habits``.
+    (:func:`read_symbols`: the first field of its observation that fits its output's
+    alphabets) through a private random cipher of its own, symbol by symbol
+    (:meth:`Habits.enciphered`), one rule instead of one habit per observation; where no
+    field fits, a habit as under ``habits``.
   - ``uniform``: a fresh random message every time: output independent of the input.
 
 - ``oracle``: the task oracle's demonstrations. Imitation: the run is labelled
@@ -56,7 +57,7 @@ from marl.errors import MarlError
 from marl.policies import Completion, Policy, Request
 from marl.policies.scripted import RandomPolicy, ScriptedPolicy
 from marl.rollout import EpisodeBatch, collect
-from marl.tasks.base import Task
+from marl.tasks.base import Task, inbox_messages, private_text
 from marl.team import Team
 
 
@@ -126,19 +127,16 @@ class Habits:
 
     def enciphered(self, team: Team, agent: str, observation: str, final: bool) -> str | None:
         """The ``ciphers`` prior's habit: each symbol of what ``agent`` read
-        (:meth:`Task.read_symbols`) through the agent's cipher, a random permutation of
+        (:func:`read_symbols`) through the agent's cipher, a random permutation of
         that position's alphabet seeded by the run's seed, the agent, ``final`` and the
         alphabet, so one agent writes the same symbol for a symbol wherever it stands.
         Where :attr:`codes` has the agent's symbol for it, that symbol instead.
-        ``None`` where the task lines nothing up with the message."""
-        read = team.task.read_symbols(agent, observation, final)
-        alphabets = team.task.symbols(agent, final)
-        if read is None or alphabets is None or len(read) != len(alphabets):
+        ``None`` where nothing the agent read fits its output."""
+        read = read_symbols(team, agent, observation, final)
+        if read is None:
             return None
         out = []
-        for c, alphabet in zip(read, alphabets, strict=True):
-            if c not in alphabet:
-                return None
+        for c, alphabet in zip(read, team.task.symbols(agent, final), strict=True):
             code = self.codes.get(code_key(agent, final, alphabet), {})
             if c in code:
                 out.append(code[c])
@@ -150,6 +148,24 @@ class Habits:
         return "".join(out)
 
 
+def read_symbols(team: Team, agent: str, observation: str, final: bool) -> str | None:
+    """What ``agent``'s message (or, when ``final``, answer) is *about*, one symbol per
+    position: the first field of ``observation`` that fits the output's alphabets
+    (:meth:`Task.symbols`: as many symbols, each from its position's alphabet), among the
+    words of the agent's private text, then the messages it heard, in order. ``None``
+    where none fits (or the task's outputs have no fixed alphabets). Any task with
+    alphabets has it, through its observations alone; where it should be is never read.
+
+    """
+    alphabets = team.task.symbols(agent, final)
+    if alphabets is None:
+        return None
+    fields = private_text(observation).split() + [
+        text for _, text in inbox_messages(observation, team.ids)]
+    return next((f for f in fields if len(f) == len(alphabets) and all(
+        c in alphabet for c, alphabet in zip(f, alphabets, strict=True))), None)
+
+
 def code_key(agent: str, final: bool, alphabet: str) -> str:
     """The key of one agent's code over one alphabet, for messages or answers."""
     return f"{agent}|{int(final)}|{alphabet}"
@@ -157,7 +173,7 @@ def code_key(agent: str, final: bool, alphabet: str) -> str:
 
 def team_codes(team: Team, batch: EpisodeBatch) -> dict[str, dict[str, str]]:
     """Each agent's code as its calls in ``batch`` show it, by :func:`code_key`: for each
-    symbol it read (:meth:`Task.read_symbols`), the symbol it wrote most often in the same
+    symbol it read (:func:`read_symbols`), the symbol it wrote most often in the same
     position (ties: the one written first). Calls whose message does not line up with what
     was read (another length, a symbol outside the alphabet) show nothing."""
     counts: dict[str, dict[str, Counter[str]]] = {}
@@ -165,14 +181,13 @@ def team_codes(team: Team, batch: EpisodeBatch) -> dict[str, dict[str, str]]:
         for k, call in enumerate(record["transcript"]):
             agent = call["agent"]
             final = team.is_final_call(agent, call["round"])
-            read = team.task.read_symbols(agent, batch.observations[b][k], final)
+            read = read_symbols(team, agent, batch.observations[b][k], final)
             alphabets = team.task.symbols(agent, final)
             said = call["message"]
-            if read is None or alphabets is None or not len(read) == len(said) == len(
-                    alphabets):
+            if read is None or len(said) != len(read):
                 continue
             for c, s, alphabet in zip(read, said, alphabets, strict=True):
-                if c in alphabet and s in alphabet:
+                if s in alphabet:
                     by = counts.setdefault(code_key(agent, final, alphabet), {})
                     by.setdefault(c, Counter())[s] += 1
     return {key: {c: n.most_common(1)[0][0] for c, n in by.items()}
@@ -198,8 +213,8 @@ def warming(team: Team, cfg: TrainConfig) -> list[str]:
 def check_prior(teams: Sequence[Team], cfg: TrainConfig) -> None:
     """Before training: what the warm-up and the SFT term play must exist for the task. The
     random warm-up needs the task's random policy, oracle demonstrations its oracle, and
-    the ``ciphers`` prior a task that lines its messages up with what an agent read
-    (:meth:`Task.read_symbols`) over a finite alphabet."""
+    the ``ciphers`` prior a task whose outputs are drawn from fixed alphabets
+    (:meth:`Task.symbols`)."""
     warm = bool(warming(teams[0], cfg))
     needs = {"random_message": warm and cfg.warmup_source == "random",
              "oracle": (warm and cfg.warmup_source == "oracle") or cfg.sft_coef > 0}
@@ -218,11 +233,10 @@ def check_prior(teams: Sequence[Team], cfg: TrainConfig) -> None:
         return
     for team in teams:
         task = type(team.task)
-        if task.read_symbols is Task.read_symbols or task.symbols is Task.symbols:
+        if task.symbols is Task.symbols:
             raise MarlError(f"warmup_prior: ciphers enciphers what an agent read symbol by "
-                            f"symbol, and {task.id} does not line its messages up with what "
-                            "its agents read (Task.read_symbols and Task.symbols); use "
-                            "warmup_prior: habits.")
+                            f"symbol, and {task.id}'s messages are not drawn from fixed "
+                            "alphabets (Task.symbols); use warmup_prior: habits.")
 
 
 def habit_agreement(team: Team, batch: EpisodeBatch, habits: Habits) -> dict[str, float]:

@@ -264,14 +264,6 @@ class Task(ABC):
         alphabet of fixed length."""
         return None
 
-    def read_symbols(self, agent: str, observation: str, final: bool) -> str | None:
-        """What ``agent``'s message (or, when ``final``, answer) is *about*, one symbol per
-        position of it, read from ``observation`` (e.g. the fact a relay holds or heard),
-        or ``None`` where nothing lines up with it. Tasks that define it support the
-        warm-up's ``ciphers`` prior; only the alignment of positions is the task's, never
-        what a symbol should become."""
-        return None
-
     #: Named instance distributions: ``train`` (what training samples) and, for tasks that
     #: study generalisation, held-out ones that evaluation reports separately.
     splits: ClassVar[tuple[str, ...]] = ("train",)

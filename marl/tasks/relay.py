@@ -66,7 +66,7 @@ class Relay(Task):
         return self.params.fact_length
 
     def oracle(self, agent: str, observation: str, final: bool) -> str:
-        return self.read_symbols(agent, observation, final) or "?" * self.params.fact_length
+        return self.known_fact(observation) or "?" * self.params.fact_length
 
     def demonstration(self, agent: str, observation: str, final: bool) -> str | None:
         answer = self.oracle(agent, observation, final)
@@ -78,8 +78,9 @@ class Relay(Task):
     def symbols(self, agent: str, final: bool) -> tuple[str, ...]:
         return (LETTERS,) * self.params.fact_length
 
-    def read_symbols(self, agent: str, observation: str, final: bool) -> str | None:
-        """The fact this agent knows, else the first well-formed fact it heard."""
+    def known_fact(self, observation: str) -> str | None:
+        """The fact this agent knows, else the first well-formed fact it heard (the
+        oracle's)."""
         n = self.params.fact_length
         own = private_text(observation).removeprefix("fact: ")
         if len(own) == n and all(c in LETTERS for c in own):

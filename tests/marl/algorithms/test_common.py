@@ -231,7 +231,7 @@ def test_answer_floor_lifts_answers_given_too_rarely_and_nothing_else():
 
 
 def test_cipher_habits_encipher_what_was_read_letter_by_letter():
-    from marl.algorithms.warmup import Habits
+    from marl.algorithms.warmup import Habits, read_symbols
 
     team = load_team(ROOT / "scenarios" / "relay_chain.yaml")  # 4-letter facts
     habits = Habits(seed=5, ciphers=True)
@@ -249,8 +249,36 @@ def test_cipher_habits_encipher_what_was_read_letter_by_letter():
     assert Habits(seed=6, ciphers=True).peek(team, "a1", heard) != relayed
     # nothing well formed heard: a habit for the whole observation, still well formed
     garbled = "you are a1 (relay). fact: ????\n[round 1]\na0> ab!\na1>"
-    assert team.task.read_symbols("a1", garbled, False) is None
+    assert read_symbols(team, "a1", garbled, False) is None
     assert team.task.valid_message("a1", habits.message(team, "a1", garbled), False)
+
+
+def test_what_an_agent_read_is_the_first_field_that_fits_its_output():
+    """Through the task contract alone (Task.symbols and the observation's layout): on a
+    relay the fact an agent knows, else the first fact it heard (its oracle's reading);
+    on a vote every agent's own label, answerer included; nothing where no field fits."""
+    from marl.algorithms.warmup import read_symbols
+
+    team = load_team(ROOT / "scenarios" / "relay_chain.yaml")
+    played = collect(team, build_policies(team, "random"), 32, seed=1)
+    for b, record in enumerate(played.records):
+        for k, call in enumerate(record["transcript"]):
+            seen = played.observations[b][k]
+            final = team.is_final_call(call["agent"], call["round"])
+            assert read_symbols(team, call["agent"], seen, final) == team.task.known_fact(seen)
+    vote = load_team(ROOT / "benchmarks" / "generality" / "vote_3_star.yaml")
+    played = collect(vote, build_policies(vote, "random"), 8, seed=1)
+    for b, record in enumerate(played.records):
+        for k, call in enumerate(record["transcript"]):
+            seen = played.observations[b][k]
+            final = vote.is_final_call(call["agent"], call["round"])
+            label = seen.split("label: ")[1][0]
+            assert read_symbols(vote, call["agent"], seen, final) == label
+    # a listener's candidates (``0=bcq``) and the letter it heard are not an index
+    signal = load_team(ROOT / "benchmarks" / "generality" / "signal_5_pick.yaml")
+    seen = collect(signal, build_policies(signal, "random"), 1, seed=1).observations[0][1]
+    assert seen.startswith("you are listener")
+    assert read_symbols(signal, "listener", seen, True) is None
 
 
 def test_team_codes_read_each_agents_code_back_and_habits_carry_it_to_longer_messages():
@@ -344,14 +372,14 @@ def test_promotion_warmup_stops_each_policy_once_it_follows_its_code(monkeypatch
     assert "(1 of 5 followed it)" in warmup.carried_text(out)
 
 
-def test_cipher_habits_need_a_task_that_lines_messages_up(tmp_path):
+def test_cipher_habits_need_a_task_whose_messages_have_alphabets(tmp_path):
     import pytest
 
     from marl.errors import MarlError
     from marl.training.trainer import Trainer
 
     cfg = TrainConfig(warmup_prior="ciphers", warmup_steps=1)
-    with pytest.raises(MarlError, match="lewis_v0 does not line its messages up.*"
-                                        "use warmup_prior: habits"):
-        Trainer(load_team(ROOT / "scenarios" / "signal.yaml"), cfg, tmp_path / "run")
+    with pytest.raises(MarlError, match="dataset_v0's messages are not drawn from fixed "
+                                        "alphabets.*use warmup_prior: habits"):
+        Trainer(load_team(ROOT / "scenarios" / "arith_star.yaml"), cfg, tmp_path / "run")
     assert not (tmp_path / "run").exists()  # refused before anything was written
