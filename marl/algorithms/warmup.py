@@ -154,9 +154,8 @@ def read_symbols(team: Team, agent: str, observation: str, final: bool) -> str |
     (:meth:`Task.symbols`: as many symbols, each from its position's alphabet), among the
     words of the agent's private text, then the messages it heard, in order. ``None``
     where none fits (or the task's outputs have no fixed alphabets). Any task with
-    alphabets has it, through its observations alone; where it should be is never read.
-
-    """
+    alphabets has it, through its observations alone; what it should become is never
+    read."""
     alphabets = team.task.symbols(agent, final)
     if alphabets is None:
         return None
