@@ -265,7 +265,9 @@ def score(model: CausalLM, prompts: Sequence[Sequence[int]],
     stem they all share, once, when that pays), and every completion continues from its
     prompt's (differentiable) cache.
     """
-    logall, targets = _log_dist(model, prompts, completions, pad_id, temperature)
+    # Grouped once for both passes (the policy's and the reference's).
+    groups = stem_groups([tuple(p) for p in prompts]) if any(completions) else []
+    logall, targets = _log_dist(model, prompts, completions, pad_id, temperature, groups)
     out_mask = torch.arange(targets.shape[1], device=logall.device) < torch.tensor(
         [len(c) for c in completions], device=logall.device)[:, None]
     out = logall.gather(-1, targets[..., None])[..., 0].masked_fill(~out_mask, 0.0)
@@ -274,7 +276,7 @@ def score(model: CausalLM, prompts: Sequence[Sequence[int]],
         result.append(-(logall.exp() * logall).sum(-1).masked_fill(~out_mask, 0.0))
     if reference is not None:
         with torch.no_grad():
-            ref, _ = _log_dist(reference, prompts, completions, pad_id, temperature)
+            ref, _ = _log_dist(reference, prompts, completions, pad_id, temperature, groups)
         kl = (logall.exp() * (logall - ref)).sum(-1)
         result.append(kl.masked_fill(~out_mask, 0.0))
     if support is not None:
@@ -299,14 +301,13 @@ def support_logprobs(logall: torch.Tensor, support: torch.Tensor) -> torch.Tenso
 
 
 def _log_dist(model: CausalLM, prompts: Sequence[Sequence[int]],
-              completions: Sequence[Sequence[int]], pad_id: int,
-              temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+              completions: Sequence[Sequence[int]], pad_id: int, temperature: float,
+              groups: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-distributions ``(B, n, V)`` before each completion token (temperature-scaled)
-    and the tokens ``(B, n)``, left-aligned. Prompts that part early and then share long
-    stems in groups (the agents of one shared policy) are scored group by group
-    (:func:`stem_groups`)."""
+    and the tokens ``(B, n)``, left-aligned. With two or more ``groups`` of rows
+    (:func:`stem_groups`: prompts that part early and then share long stems in groups, as
+    the agents of one shared policy do) the rows are scored group by group."""
     n = max(len(c) for c in completions)
-    groups = stem_groups([tuple(p) for p in prompts]) if n else []
     if len(groups) < 2:
         return _log_dist_group(model, prompts, completions, pad_id, temperature)
     logall = targets = None
@@ -315,12 +316,12 @@ def _log_dist(model: CausalLM, prompts: Sequence[Sequence[int]],
             continue  # no token to score: the rows keep a uniform, masked distribution
         part, tokens = _log_dist_group(model, [prompts[i] for i in group],
                                        [completions[i] for i in group], pad_id, temperature)
+        uniform = -math.log(part.shape[-1])
         if logall is None:
-            logall = part.new_full((len(prompts), n, part.shape[-1]), -math.log(part.shape[-1]))
+            logall = part.new_full((len(prompts), n, part.shape[-1]), uniform)
             targets = tokens.new_full((len(prompts), n), pad_id)
         index = torch.tensor(group, device=part.device)
-        logall = logall.index_copy(0, index, F.pad(part, (0, 0, 0, n - m),
-                                                   value=-math.log(part.shape[-1])))
+        logall = logall.index_copy(0, index, F.pad(part, (0, 0, 0, n - m), value=uniform))
         targets = targets.index_copy(0, index, F.pad(tokens, (0, n - m), value=pad_id))
     return logall, targets
 
