@@ -17,7 +17,11 @@ Per variant:
   many such noisy figures overstates a team, which on a task with a small gap (vote) can
   be the whole gap, so the figures here come from the larger re-evaluation;
 - **normalised** = (best - floor) / (scripted - floor), and the seconds of training until
-  the team first evaluated (64 episodes) at 0.8 of that gap.
+  the team first evaluated (64 episodes) at 0.8 of that gap;
+- **habits learnt**: at the warm-up's last evaluation, the lowest share of an agent's
+  greedy messages that were its habit for what it read (``habit_agreement``). An agent
+  that ends its warm-up below it writes much the same whatever it read, and reward cannot
+  reach it through its input (docs/learning.md, section 1.4).
 
 ``--set`` passes settings to every run (the suite's own figures use none). Runs go to
 ``OUT/NAME/`` (an existing run there is resumed); the table is printed and written to
@@ -122,16 +126,26 @@ def figures(path: Path, out: Path, scripted: float, floor: float, episodes: int)
             if x.strip()] if (out / "metrics.jsonl").exists() else []
     evals = [(r["wall_s"], r["eval_success_rate"]) for r in rows if "eval_success_rate" in r]
     kept = checkpoints(out)
+    habits = habits_learnt(rows)
     if not evals or kept[0] is None:
         return {"best": None, "final": None, "normalised": None, "to_0.8_s": None,
-                "iterations": 0}
+                "iterations": 0, "habits": habits}
     team = load_team(path)
     best, final = (reevaluate(team, c, episodes) for c in kept)
     gap = scripted - floor
     norm = (best - floor) / gap if gap > 0 else None
     reach = next((t for t, e in evals if gap > 0 and e >= floor + 0.8 * gap), None)
     return {"best": best, "final": final, "normalised": norm, "to_0.8_s": reach,
-            "iterations": max((r.get("iteration", 0) for r in rows), default=0)}
+            "iterations": max((r.get("iteration", 0) for r in rows), default=0),
+            "habits": habits}
+
+
+def habits_learnt(rows: list[dict]) -> float | None:
+    """The lowest agent's ``habit_agreement`` at the warm-up's last evaluation (None
+    without a warm-up)."""
+    last = [r["habit_agreement"] for r in rows
+            if r.get("phase") == "warmup" and r.get("habit_agreement")]
+    return min(last[-1].values()) if last else None
 
 
 def run_dir(out: Path, name: str, seed: int) -> Path:
@@ -151,7 +165,7 @@ def over_seeds(runs: list[dict]) -> dict:
         m = statistics.median(values) if values else None
         return None if m is None or m == float("inf") else m
 
-    out = {k: median(k) for k in ("best", "final", "normalised", "to_0.8_s")}
+    out = {k: median(k) for k in ("best", "final", "normalised", "to_0.8_s", "habits")}
     out["iterations"] = int(statistics.median(r["iterations"] for r in runs))
     out["seeds"] = [r["normalised"] for r in runs]
     return out
@@ -161,14 +175,15 @@ def table(results: dict[str, dict]) -> str:
     fmt = lambda x, f="{:.2f}": "-" if x is None else f.format(x)  # noqa: E731
     seeded = any(len(r.get("seeds", ())) > 1 for r in results.values())
     head = ("| variant | scripted | floor | best | final | normalised | to 0.8 (s) | "
-            "iterations |" + (" normalised per seed |" if seeded else "")
-            + "\n|---|---|---|---|---|---|---|---|" + ("---|" if seeded else ""))
+            "iterations | habits learnt |" + (" normalised per seed |" if seeded else "")
+            + "\n|---|---|---|---|---|---|---|---|---|" + ("---|" if seeded else ""))
     lines = [head]
     for name, r in results.items():
         per_seed = f" {', '.join(fmt(x) for x in r.get('seeds', ()))} |" if seeded else ""
         lines.append(f"| {name} | {fmt(r['scripted'])} | {fmt(r['floor'])} | {fmt(r['best'])} "
                      f"| {fmt(r['final'])} | {fmt(r['normalised'])} | "
-                     f"{fmt(r['to_0.8_s'], '{:.0f}')} | {r['iterations']} |{per_seed}")
+                     f"{fmt(r['to_0.8_s'], '{:.0f}')} | {r['iterations']} | "
+                     f"{fmt(r.get('habits'))} |{per_seed}")
     scores = [r["normalised"] for r in results.values() if r["normalised"] is not None]
     if scores:
         solved = sum(s >= 0.8 for s in scores)

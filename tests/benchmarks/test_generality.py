@@ -18,14 +18,27 @@ def test_every_variant_loads(path):
     assert load_team(path).ids
 
 
-def run(normalised, reach=None, iterations=100):
+def run(normalised, reach=None, iterations=100, habits=None):
     return {"best": normalised, "final": normalised, "normalised": normalised,
-            "to_0.8_s": reach, "iterations": iterations}
+            "to_0.8_s": reach, "iterations": iterations, "habits": habits}
+
+
+def test_habits_learnt_is_the_lowest_agent_at_the_warmups_last_evaluation():
+    rows = [{"phase": "warmup", "habit_agreement": {"a": 0.1, "b": 0.2}},
+            {"phase": "warmup", "sft_loss": 1.0},
+            {"phase": "warmup", "habit_agreement": {"a": 0.9, "b": 0.4}},
+            {"phase": "rl", "iteration": 1, "eval_success_rate": 0.5}]
+    assert generality.habits_learnt(rows) == 0.4
+    assert generality.habits_learnt(rows[3:]) is None  # no warm-up
+    text = generality.table({"v": {"scripted": 1.0, "floor": 0.0, **run(0.5, habits=0.4)}})
+    assert "| habits learnt |" in text and "| 100 | 0.40 |" in text
 
 
 def test_over_seeds_takes_medians_and_counts_never_as_slowest():
-    out = generality.over_seeds([run(0.1, None, 90), run(0.9, 40, 100), run(0.5, 60, 300)])
+    out = generality.over_seeds([run(0.1, None, 90, 0.2), run(0.9, 40, 100, 1.0),
+                                 run(0.5, 60, 300, None)])
     assert out["normalised"] == 0.5 and out["iterations"] == 100
+    assert out["habits"] == 0.6  # the median of the runs that had a warm-up
     assert out["to_0.8_s"] == 60  # never, 40, 60: the median is 60
     assert out["seeds"] == [0.1, 0.9, 0.5]
     assert generality.over_seeds([run(0.1), run(0.9, 40), run(0.2)])["to_0.8_s"] is None
