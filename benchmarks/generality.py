@@ -20,8 +20,8 @@ Per variant:
   the team first evaluated (64 episodes) at 0.8 of that gap;
 - **habits learnt**: at the warm-up's last evaluation, the lowest share of an agent's
   greedy messages that were its habit for what it read (``habit_agreement``). An agent
-  that ends its warm-up below it writes much the same whatever it read, and reward cannot
-  reach it through its input (docs/learning.md, section 1.4).
+  with a low share writes much the same whatever it read, and reward cannot reach it
+  through its input (docs/learning.md, section 1.4).
 
 ``--set`` passes settings to every run (the suite's own figures use none). Runs go to
 ``OUT/NAME/`` (an existing run there is resumed); the table is printed and written to
