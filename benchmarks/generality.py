@@ -143,9 +143,8 @@ def figures(path: Path, out: Path, scripted: float, floor: float, episodes: int)
 def habits_learnt(rows: list[dict]) -> float | None:
     """The lowest agent's ``habit_agreement`` at the warm-up's last evaluation (None
     without a warm-up)."""
-    last = [r["habit_agreement"] for r in rows
-            if r.get("phase") == "warmup" and r.get("habit_agreement")]
-    return min(last[-1].values()) if last else None
+    return next((min(r["habit_agreement"].values()) for r in reversed(rows)
+                 if r.get("phase") == "warmup" and r.get("habit_agreement")), None)
 
 
 def run_dir(out: Path, name: str, seed: int) -> Path:
@@ -183,7 +182,7 @@ def table(results: dict[str, dict]) -> str:
         lines.append(f"| {name} | {fmt(r['scripted'])} | {fmt(r['floor'])} | {fmt(r['best'])} "
                      f"| {fmt(r['final'])} | {fmt(r['normalised'])} | "
                      f"{fmt(r['to_0.8_s'], '{:.0f}')} | {r['iterations']} | "
-                     f"{fmt(r.get('habits'))} |{per_seed}")
+                     f"{fmt(r['habits'])} |{per_seed}")
     scores = [r["normalised"] for r in results.values() if r["normalised"] is not None]
     if scores:
         solved = sum(s >= 0.8 for s in scores)
