@@ -125,6 +125,8 @@ class Samples:
     answer: torch.Tensor | None = None
     # (S,): the row's agent (index into the batch's agents).
     agent: torch.Tensor | None = None
+    # The prompt the same call had in another task instance of the batch (influence_coef).
+    counter: list[tuple[int, ...]] | None = None
 
 
 def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
@@ -152,6 +154,9 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
     calls = {k: _call(team, batch, k) for k in slots}
     s.answer = torch.tensor([calls[k][1] for _, k in rows], dtype=torch.bool)
     s.agent = batch.call_agent[ki]
+    size = int((batch.group_ids == batch.group_ids[0]).sum())
+    if len(batch.records) > size:
+        s.counter = [batch.prompt_ids[(b + size) % len(batch.records)][k] for b, k in rows]
     if support:
         alphabets = {call: alphabet(t, team, call, support) for call in set(calls.values())}
         s.support = pad_ids([alphabets[calls[k]] for _, k in rows])
@@ -297,8 +302,31 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
             gap, rare = answer_floor_gap(symbols, ids, answers, cfg.answer_floor)
             loss = loss - gap
             stats["rare_answers"] = rare
+    if cfg.influence_coef > 0 and s.counter:
+        tv = influence(t, s, cfg)
+        loss = loss - cfg.influence_coef * tv
+        stats["influence"] = float(tv.detach())
     stats["clip_frac"] = float(aggregate(((ratio - clipped).abs() > 0).float(), mask, "token"))
     return loss, stats
+
+
+def influence(t: Trainable, s: Samples, cfg: TrainConfig) -> torch.Tensor:
+    """The input-influence bonus (positive listening, Eccles et al. 2019): the mean total
+    variation between each token's distribution given what the agent read and given the
+    same call's observation in another task instance (``s.counter``), both teacher-forced
+    on the sampled completion. It rises as an agent's output comes to depend on its input,
+    which is what lets reward reach a teammate through it. Over the first ``1 / G`` of the
+    rows (a minibatch's rows come shuffled), to keep its cost a fraction of a step's.
+    """
+    n = max(1, math.ceil(len(s.prompts) / cfg.group_size))
+    comps = s.completions[:n]
+    width = max(len(c) for c in comps)
+    vocab = t.policy.tokenizer.vocab_size
+    every = torch.arange(vocab).expand(n, width, vocab)  # the whole distribution
+    _, mask, real = score_rows(t, s.prompts[:n], comps, support=every)
+    _, _, other = score_rows(t, s.counter[:n], comps, support=every)
+    tv = 0.5 * (real.exp() - other.exp()).abs().sum(-1)
+    return aggregate(tv, mask, "token")
 
 
 def regularized(s: Samples, mask: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
@@ -417,7 +445,8 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
                       solved=s.solved[gen_rows] if s.solved is not None else None,
                       support=s.support[gen_rows] if s.support is not None else None,
                       answer=s.answer[gen_rows] if s.answer is not None else None,
-                      agent=s.agent[gen_rows] if s.agent is not None else None)
+                      agent=s.agent[gen_rows] if s.agent is not None else None,
+                      counter=[s.counter[i] for i in gen_rows] if s.counter else None)
         width = int(mask[:g].sum(-1).max())
         loss, stats = pg_terms(t, sub, cfg, tuple(x[:g, :width] for x in scored))
     if demo_rows:

@@ -110,6 +110,10 @@ class TrainConfig(BaseModel):
         0.3, gt=0, description="The entropy bonus applies only to tokens whose entropy (nats) "
         "is below this: a floor against collapse, not a push that outweighs rare successes. "
         "None: to every token.")
+    influence_coef: float = Field(0.0, ge=0, description="Weight of the input-influence "
+                                  "bonus (positive listening): the total variation between "
+                                  "an agent's token distributions on what it read and on "
+                                  "another task instance's observation.")
     answer_floor: float = Field(
         0.1, ge=0, lt=1, description="Lifts any answer symbol given, averaged over the batch's "
         "answers, less than this fraction of its share 1/|alphabet| (Task.symbols). 0: off.")
@@ -234,6 +238,11 @@ class TrainConfig(BaseModel):
             raise ValueError(f"kl_reset_at={self.kl_reset_at} resets the KL term's reference, "
                              "and kl_coef=0 switches that term off; set kl_coef > 0 or drop "
                              "kl_reset_at.")
+        if self.influence_coef and self.episodes_per_iter < 2:
+            raise ValueError(f"influence_coef={self.influence_coef} compares each call with "
+                             "the same call in another task instance of the batch, and "
+                             "episodes_per_iter=1 plays one; set episodes_per_iter >= 2 or "
+                             "drop influence_coef.")
         if self.demo_episodes and not self.sft_coef:
             raise ValueError(f"demo_episodes={self.demo_episodes} adds oracle-played "
                              "demonstrations to the SFT term, which sft_coef=0 switches off; "

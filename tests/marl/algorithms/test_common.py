@@ -383,3 +383,37 @@ def test_cipher_habits_need_a_task_whose_messages_have_alphabets(tmp_path):
                                         "alphabets.*use warmup_prior: habits"):
         Trainer(load_team(ROOT / "scenarios" / "arith_star.yaml"), cfg, tmp_path / "run")
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_influence_is_zero_on_the_same_input_and_grows_under_its_gradient():
+    """influence_coef's bonus: the total variation between each token's distribution on
+    what the agent read and on another task instance's observation of the same call."""
+    import dataclasses
+
+    from marl.algorithms.common import influence
+
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    policies = build_policies(team, seed=0)
+    batch = collect(team, policies, episodes=4, group_size=2, seed=0)
+    listener = next(t for t in trainables(team, policies, TrainConfig()) if t.name == "listener")
+    s = samples_for(listener, team, batch, torch.zeros(len(batch.records), 2), with_demos=False)
+    # the same call of the next group's instance
+    assert s.counter == [batch.prompt_ids[(b + 2) % 8][1] for b in range(8)]
+    cfg = TrainConfig(algorithm="ppo", group_size=1)  # every row
+    same = dataclasses.replace(s, counter=list(s.prompts))
+    assert float(influence(listener, same, cfg)) == 0.0
+    before = influence(listener, s, cfg)
+    assert 0 < float(before) < 1
+    for _ in range(10):
+        listener.optimizer.zero_grad()
+        (-influence(listener, s, cfg)).backward()
+        listener.optimizer.step()
+    assert float(influence(listener, s, cfg)) > float(before) + 0.05
+
+
+def test_no_counterfactual_input_in_a_batch_of_one_instance():
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    policies = build_policies(team, seed=0)
+    batch = collect(team, policies, episodes=1, group_size=4, seed=0)
+    t = trainables(team, policies, TrainConfig())[0]
+    assert samples_for(t, team, batch, torch.zeros(4, 2), with_demos=False).counter is None

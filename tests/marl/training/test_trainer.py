@@ -603,6 +603,7 @@ def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_
     ([f"curriculum={json.dumps([{'after': 1}, {}])}", "promotion_warmup=10"],
      "warmup_prior: ciphers"),
     (["settle_at=null", "settled_eps=1e-4"], "settle_at is null"),
+    (["influence_coef=0.2", "episodes_per_iter=1"], "episodes_per_iter=1 plays one"),
 ])
 def test_settings_the_algorithm_ignores_are_rejected(sets, message):
     with pytest.raises(ConfigError, match=message):
@@ -801,6 +802,21 @@ def test_signal_entropy_is_logged_and_moves_the_policy(tmp_path):
     assert 0 < row["signal_entropy"] <= np.log(26) + 1e-6
     after = trainer.learner.trainables[0].policy.parameters()
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_influence_is_logged_and_moves_the_policy(tmp_path):
+    """With the KL, entropy and answer-floor terms off, a step logs the influence bonus (a
+    total variation, in [0, 1]) and changes the parameters; without it nothing is logged."""
+    cfg = small(iterations=1, influence_coef=1.0, kl_coef=0.0, entropy_coef=0.0,
+                answer_floor=0.0)
+    trainer = Trainer(relay_team(), cfg, tmp_path)
+    before = [p.detach().clone() for p in trainer.learner.trainables[0].policy.parameters()]
+    row = trainer.step()
+    assert 0 < row["influence"] <= 1
+    after = trainer.learner.trainables[0].policy.parameters()
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    assert "influence" not in Trainer(relay_team(), small(iterations=1),
+                                      tmp_path / "off").step()
 
 
 def test_policies_learn_in_turns_and_resume_inside_a_turn(tmp_path):
