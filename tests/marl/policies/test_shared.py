@@ -17,6 +17,7 @@ from marl.cost.ledger import Ledger
 from marl.rollout import collect
 from marl.runner import build_policies
 from marl.team import load_team
+from marl.training.trainer import Trainer
 from tests.marl.conftest import ROOT, kill_and_resume
 
 pytest.importorskip("peft")
@@ -184,3 +185,17 @@ def test_adapters_on_one_base_generate_together_as_they_do_apart(base, monkeypat
         # its last token run too (the others still decode), so it may reuse one more
         assert all(reused[a] >= reused_apart[a] > 0 for a in AGENTS)
         together.clear()
+
+
+def test_the_influence_bonus_trains_lora_agents_on_a_shared_base(base, tmp_path):
+    """influence_coef on pretrained policies: the bonus spans the checkpoint's vocabulary,
+    is logged and moves every agent's adapter."""
+    trainer = Trainer(gather_team(base), TrainConfig(**{**SMALL, "influence_coef": 1.0}),
+                      tmp_path, log=lambda m: None)
+    before = {t.name: [p.detach().clone() for p in t.policy.parameters()]
+              for t in trainer.learner.trainables}
+    row = trainer.step()
+    assert 0 < row["influence"] <= 1
+    for t in trainer.learner.trainables:
+        assert any(not torch.equal(a, b) for a, b in zip(before[t.name], t.policy.parameters(),
+                                                          strict=True))
