@@ -131,12 +131,14 @@ class Samples:
 
 def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
                 with_demos: bool, oracle: EpisodeBatch | None = None,
-                support: Literal["all", "answers"] | None = None) -> Samples:
+                support: Literal["all", "answers"] | None = None,
+                counter: bool = False) -> Samples:
     """Rows of ``t``'s agents; ``adv`` is ``(B, N)`` per-agent advantages (or ``(B, K, L)``
     per-token ones). ``oracle``: episodes played by the task oracle, whose calls are added
     as demonstration-only rows (no completion, advantage 0). ``support``: with the
     alphabets (token ids, see :func:`marl.algorithms.alphabets.symbol_ids`) of every row
-    or of answer rows only (see :func:`marl.algorithms.alphabets.support_kind`)."""
+    or of answer rows only (see :func:`marl.algorithms.alphabets.support_kind`).
+    ``counter``: with each row's prompt in another task instance (``influence_coef``)."""
     slots = batch.slots(t.agents).tolist()
     rows = [(b, k) for b in range(len(batch.records)) for k in slots]
     demos = [_demo_ids(t, team, batch, b, k) for b, k in rows] if with_demos else []
@@ -154,8 +156,8 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
     calls = {k: _call(team, batch, k) for k in slots}
     s.answer = torch.tensor([calls[k][1] for _, k in rows], dtype=torch.bool)
     s.agent = batch.call_agent[ki]
-    size = int((batch.group_ids == batch.group_ids[0]).sum())
-    if len(batch.records) > size:
+    size = int((batch.group_ids == batch.group_ids[0]).sum())  # rollouts of one instance
+    if counter and len(batch.records) > size:  # the next group's: another instance
         s.counter = [batch.prompt_ids[(b + size) % len(batch.records)][k] for b, k in rows]
     if support:
         alphabets = {call: alphabet(t, team, call, support) for call in set(calls.values())}
@@ -400,7 +402,8 @@ def policy_updates(trainables: list[Trainable], team: Team, batch: EpisodeBatch,
     turn = [(j, t) for j, t in enumerate(trainables) if learning is None or t.name in learning]
     stats: dict[str, float] = {}
     for j, t in turn:
-        s = samples_for(t, team, batch, adv, sft_coef > 0, oracle, support=support_kind(cfg))
+        s = samples_for(t, team, batch, adv, sft_coef > 0, oracle, support=support_kind(cfg),
+                        counter=cfg.influence_coef > 0)
         for k, v in update(t, s, cfg, sft_coef, derive_seed(seed, seeds.SHUFFLE, j)).items():
             stats[k] = stats.get(k, 0.0) + v / len(turn)
     return stats

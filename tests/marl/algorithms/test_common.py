@@ -396,7 +396,8 @@ def test_influence_is_zero_on_the_same_input_and_grows_under_its_gradient():
     policies = build_policies(team, seed=0)
     batch = collect(team, policies, episodes=4, group_size=2, seed=0)
     listener = next(t for t in trainables(team, policies, TrainConfig()) if t.name == "listener")
-    s = samples_for(listener, team, batch, torch.zeros(len(batch.records), 2), with_demos=False)
+    s = samples_for(listener, team, batch, torch.zeros(len(batch.records), 2), with_demos=False,
+                    counter=True)
     # the same call of the next group's instance
     assert s.counter == [batch.prompt_ids[(b + 2) % 8][1] for b in range(8)]
     cfg = TrainConfig(algorithm="ppo", group_size=1)  # every row
@@ -416,4 +417,5 @@ def test_no_counterfactual_input_in_a_batch_of_one_instance():
     policies = build_policies(team, seed=0)
     batch = collect(team, policies, episodes=1, group_size=4, seed=0)
     t = trainables(team, policies, TrainConfig())[0]
-    assert samples_for(t, team, batch, torch.zeros(4, 2), with_demos=False).counter is None
+    assert samples_for(t, team, batch, torch.zeros(4, 2), with_demos=False,
+                       counter=True).counter is None
