@@ -26,6 +26,7 @@ from marl.env import TeamEnv
 from marl.errors import MarlError
 from marl.policies import Completion, Policy, Request
 from marl.policies.mixed import base_of, generate_together
+from marl.tasks.base import Instance
 from marl.seeds import derive_seed, instance_seed
 from marl.team import Team
 from marl.tokenizer import common_prefix
@@ -66,6 +67,7 @@ class EpisodeBatch:
     # tokens. ``score`` and ``token_penalty`` above are then the first side's.
     side_score: torch.Tensor | None = None  # (B, S)
     side_penalty: torch.Tensor | None = None  # (B, S)
+    instances: list[Instance] = field(default_factory=list)  # (B,) the task instance played
 
     def oracle_figures(self, key: str) -> dict[str, Any]:
         """``{key: each agent's share of messages equal to the oracle's}``, or nothing for a
@@ -323,5 +325,5 @@ def _assemble(team: Team, envs: list[TeamEnv], calls: dict, seen: dict,
         has_oracle=team.task.provides("oracle"),
         verify_s=sum(env.verify_s for env in envs),
         records=records, rows=rows, sides=sides, side_score=side_score,
-        side_penalty=side_penalty,
+        side_penalty=side_penalty, instances=[env.instance for env in envs],
         agent_side=torch.tensor([sides.index(team.side_of(a)) for a in team.ids]))

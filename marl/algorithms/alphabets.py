@@ -1,5 +1,5 @@
 """The task's alphabets in the loss: which calls' alphabets a run needs, as token ids
-(``signal_entropy``: every call's; ``answer_floor``: the answers'), checked before
+(``signal_entropy``: every call's; ``answer_floor``, ``answer_feedback``: the answers'), checked before
 training, and the terms of the answer floor and the positive-signalling bonus (see
 :mod:`marl.algorithms.common` for the whole loss)."""
 
@@ -22,17 +22,17 @@ if TYPE_CHECKING:
 
 def support_kind(cfg: TrainConfig) -> Literal["all", "answers"] | None:
     """Which rows' alphabets the loss needs: every row's (``signal_entropy``), the answers'
-    (``answer_floor``) or none."""
+    (``answer_floor``, ``answer_feedback: full``) or none."""
     if cfg.signal_entropy > 0:
         return "all"
-    return "answers" if cfg.answer_floor > 0 else None
+    return "answers" if cfg.answer_floor > 0 or cfg.answer_feedback == "full" else None
 
 
 def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                     log: Callable[[str], None]) -> None:
     """Before training: ``signal_entropy`` needs every call's alphabet as tokens (an error
-    naming the fix otherwise); ``answer_floor`` skips answers without one (``log`` says so,
-    once per agent). ``teams``: the run's curriculum stages."""
+    naming the fix otherwise); ``answer_floor`` and ``answer_feedback: full`` skip answers
+    without one (``log`` says so, once per agent). ``teams``: the run's curriculum stages."""
     kind = support_kind(cfg)
     if kind is None:
         return
@@ -50,8 +50,11 @@ def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                             "signal_entropy needs every symbol of every message as one "
                             f"token, but {e}; set signal_entropy: 0.") from None
                     skipped.setdefault(agent, str(e))
+    terms = [t for t, on in (("answer_floor", cfg.answer_floor > 0),
+                             ("answer_feedback: full", cfg.answer_feedback == "full")) if on]
     for agent, why in skipped.items():
-        log(f"answer_floor does not apply to {agent}'s answers: {why}.")
+        log(f"{' and '.join(terms)} {'do' if len(terms) > 1 else 'does'} not apply to "
+            f"{agent}'s answers: {why}.")
 
 
 def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[int]]:
@@ -82,7 +85,7 @@ def alphabet(t: Trainable, team: Team, call: tuple[str, bool],
         return symbol_ids(t, team, *call)
     try:
         return symbol_ids(t, team, *call) if call[1] else []
-    except MarlError:  # answer_floor skips such answers; the trainer said so at start
+    except MarlError:  # the answer terms skip such answers; the trainer said so at start
         return []
 
 

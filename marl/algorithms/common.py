@@ -18,6 +18,10 @@ answer-floor term lifts only an answer the team (almost) never gives, whatever i
 to ``answer_floor`` times its share ``1/|S_t|``, and is 0, with no gradient, while every
 answer is given at least that often, as in a solved team whose targets are uniform.
 
+With ``answer_feedback: full`` the term L_pg of an answer token whose alternatives were
+scored is instead −Σ_{s in S_t} π_t(s)·(R(s) − R̄), R(s) the team's score had the answer
+said s there (:mod:`marl.algorithms.feedback`).
+
 With one epoch the ratio is 1 and this is MAGRPO's REINFORCE gradient −A·∇log π. ``agg`` is
 the token mean (``token``) or the mean of per-sequence means (``sequence``). L_SFT is the
 negative log-likelihood of the task oracle's message for the same observation, and (with
@@ -41,6 +45,7 @@ from marl.algorithms.alphabets import (
     support_kind,
 )
 from marl.algorithms.config import TrainConfig
+from marl.algorithms.feedback import alternative_scores, expected_answer_loss
 from marl.cost.ledger import Ledger, LedgerRow
 from marl.errors import MarlError
 from marl.policies.lm import LMPolicy
@@ -127,18 +132,23 @@ class Samples:
     agent: torch.Tensor | None = None
     # The prompt the same call had in another task instance of the batch (influence_coef).
     counter: list[tuple[int, ...]] | None = None
+    # (S, L', A): the team's score with each alternative symbol of the support at each
+    # answer position, NaN where none was scored (answer_feedback: full).
+    alternatives: torch.Tensor | None = None
 
 
 def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor,
                 with_demos: bool, oracle: EpisodeBatch | None = None,
                 support: Literal["all", "answers"] | None = None,
-                counter: bool = False) -> Samples:
+                counter: bool = False, feedback: bool = False) -> Samples:
     """Rows of ``t``'s agents; ``adv`` is ``(B, N)`` per-agent advantages (or ``(B, K, L)``
     per-token ones). ``oracle``: episodes played by the task oracle, whose calls are added
     as demonstration-only rows (no completion, advantage 0). ``support``: with the
     alphabets (token ids, see :func:`marl.algorithms.alphabets.symbol_ids`) of every row
     or of answer rows only (see :func:`marl.algorithms.alphabets.support_kind`).
-    ``counter``: with each row's prompt in another task instance (``influence_coef``)."""
+    ``counter``: with each row's prompt in another task instance (``influence_coef``).
+    ``feedback``: with the scores of the answers' alternatives (``answer_feedback: full``;
+    needs ``support``)."""
     slots = batch.slots(t.agents).tolist()
     rows = [(b, k) for b in range(len(batch.records)) for k in slots]
     demos = [_demo_ids(t, team, batch, b, k) for b, k in rows] if with_demos else []
@@ -162,6 +172,8 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
     if support:
         alphabets = {call: alphabet(t, team, call, support) for call in set(calls.values())}
         s.support = pad_ids([alphabets[calls[k]] for _, k in rows])
+        if feedback:
+            s.alternatives = alternative_scores(team, batch, rows, s.support)
     if oracle is None or not with_demos:
         return s
     extra = [(b, k) for b in range(len(oracle.records)) for k in oracle.slots(t.agents).tolist()]
@@ -178,7 +190,10 @@ def samples_for(t: Trainable, team: Team, batch: EpisodeBatch, adv: torch.Tensor
         answer=torch.cat([s.answer, s.answer.new_zeros(n)]),
         agent=torch.cat([s.agent, s.agent.new_full((n,), -1)]),
         support=None if s.support is None else torch.cat(
-            [s.support, s.support.new_full((n, *s.support.shape[1:]), -1)]))
+            [s.support, s.support.new_full((n, *s.support.shape[1:]), -1)]),
+        alternatives=None if s.alternatives is None else torch.cat(
+            [s.alternatives, s.alternatives.new_full((n, *s.alternatives.shape[1:]),
+                                                     float("nan"))]))
 
 
 def _call(team: Team, batch: EpisodeBatch, k: int) -> tuple[str, bool]:
@@ -277,9 +292,22 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
     ratio = (lp - old).exp()
     clipped = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
     pg = -torch.minimum(ratio * adv, clipped * adv)
+    stats: dict[str, float] = {}
+    if s.support is not None:
+        symbols = rest[-1]
+        ids = torch.full(symbols.shape, -1, dtype=torch.long, device=mask.device)
+        n = min(width, s.support.shape[1])
+        ids[:, :n, : s.support.shape[2]] = s.support[:, :n].to(mask.device)
+        if s.alternatives is not None:  # answer_feedback: full
+            exact, where = expected_answer_loss(symbols, ids, s.alternatives)
+            where = where & mask
+            pg = torch.where(where, exact, pg)
+            is_answer = s.answer.to(mask.device)
+            stats["full_feedback"] = float(where.any(-1)[is_answer].float().mean()
+                                           if is_answer.any() else 0.0)
     loss = aggregate(pg, mask, cfg.aggregation)
-    stats = {"pg_loss": float(loss.detach()),  # the policy-gradient term alone
-             "entropy": float(aggregate(ent.detach(), mask, "token"))}
+    stats.update({"pg_loss": float(loss.detach()),  # the policy-gradient term alone
+                  "entropy": float(aggregate(ent.detach(), mask, "token"))})
     reg = regularized(s, mask, cfg)
     if cfg.entropy_coef:
         # With a target, only tokens whose entropy is below it are pushed up (a floor).
@@ -289,10 +317,6 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
         loss = loss + cfg.kl_coef * aggregate(kl_tok[0], reg, cfg.aggregation)
         stats["kl"] = float(aggregate(kl_tok[0].detach(), mask, cfg.aggregation))
     if s.support is not None:
-        symbols = rest[-1]
-        ids = torch.full(symbols.shape, -1, dtype=torch.long, device=mask.device)
-        n = min(width, s.support.shape[1])
-        ids[:, :n, : s.support.shape[2]] = s.support[:, :n].to(mask.device)
         valid = ids >= 0
         has = mask & valid.any(-1)
         if cfg.signal_entropy > 0:
@@ -403,7 +427,8 @@ def policy_updates(trainables: list[Trainable], team: Team, batch: EpisodeBatch,
     stats: dict[str, float] = {}
     for j, t in turn:
         s = samples_for(t, team, batch, adv, sft_coef > 0, oracle, support=support_kind(cfg),
-                        counter=cfg.influence_coef > 0)
+                        counter=cfg.influence_coef > 0,
+                        feedback=cfg.answer_feedback == "full")
         for k, v in update(t, s, cfg, sft_coef, derive_seed(seed, seeds.SHUFFLE, j)).items():
             stats[k] = stats.get(k, 0.0) + v / len(turn)
     return stats
@@ -449,7 +474,9 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
                       support=s.support[gen_rows] if s.support is not None else None,
                       answer=s.answer[gen_rows] if s.answer is not None else None,
                       agent=s.agent[gen_rows] if s.agent is not None else None,
-                      counter=[s.counter[i] for i in gen_rows] if s.counter else None)
+                      counter=[s.counter[i] for i in gen_rows] if s.counter else None,
+                      alternatives=(s.alternatives[gen_rows] if s.alternatives is not None
+                                    else None))
         width = int(mask[:g].sum(-1).max())
         loss, stats = pg_terms(t, sub, cfg, tuple(x[:g, :width] for x in scored))
     if demo_rows:

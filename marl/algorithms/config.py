@@ -114,6 +114,11 @@ class TrainConfig(BaseModel):
                                   "bonus (positive listening): the total variation between "
                                   "an agent's token distributions on what it read and on "
                                   "another task instance's observation.")
+    answer_feedback: Literal["sampled", "full"] = Field(
+        "sampled", description="sampled: an answer learns from the reward of the answer given; "
+        "full: from the team's score of every symbol it could have given at each position "
+        "(Task.symbols; the rest as played), an exact expected gradient (full-information "
+        "feedback, as referential games train receivers).")
     answer_floor: float = Field(
         0.1, ge=0, lt=1, description="Lifts any answer symbol given, averaged over the batch's "
         "answers, less than this fraction of its share 1/|alphabet| (Task.symbols). 0: off.")
@@ -209,7 +214,7 @@ class TrainConfig(BaseModel):
         changed = {k for k in self.model_fields_set if getattr(self, k) != fields[k].default}
         ppo_only = sorted(changed & {"value_coef", "gamma", "lam", "critic"})
         group_only = sorted(changed & {"baseline", "credit", "regularize_solved",
-                                       "advantage_scale"})
+                                       "advantage_scale", "answer_feedback"})
         if self.algorithm != "ppo" and ppo_only:
             raise ValueError(f"{', '.join(ppo_only)} only apply to algorithm: ppo (its critic "
                              f"and GAE); {self.algorithm} ignores them. Remove them or set "
