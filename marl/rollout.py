@@ -26,8 +26,8 @@ from marl.env import TeamEnv
 from marl.errors import MarlError
 from marl.policies import Completion, Policy, Request
 from marl.policies.mixed import base_of, generate_together
-from marl.tasks.base import Instance
 from marl.seeds import derive_seed, instance_seed
+from marl.tasks.base import Instance
 from marl.team import Team
 from marl.tokenizer import common_prefix
 

@@ -19,8 +19,8 @@ to ``answer_floor`` times its share ``1/|S_t|``, and is 0, with no gradient, whi
 answer is given at least that often, as in a solved team whose targets are uniform.
 
 With ``answer_feedback: full`` the term L_pg of an answer token whose alternatives were
-scored is instead −Σ_{s in S_t} π_t(s)·(R(s) − R̄), R(s) the team's score had the answer
-said s there (:mod:`marl.algorithms.feedback`).
+scored is instead −log Σ_{s in S_t} π̃_t(s)·(R(s) − min R), R(s) the team's score had the
+answer said s there and π̃_t the policy renormalised over S_t (:mod:`marl.algorithms.feedback`).
 
 With one epoch the ratio is 1 and this is MAGRPO's REINFORCE gradient −A·∇log π. ``agg`` is
 the token mean (``token``) or the mean of per-sequence means (``sequence``). L_SFT is the
@@ -45,7 +45,7 @@ from marl.algorithms.alphabets import (
     support_kind,
 )
 from marl.algorithms.config import TrainConfig
-from marl.algorithms.feedback import alternative_scores, expected_answer_loss
+from marl.algorithms.feedback import alternative_scores, answer_loss
 from marl.cost.ledger import Ledger, LedgerRow
 from marl.errors import MarlError
 from marl.policies.lm import LMPolicy
@@ -299,9 +299,9 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
         n = min(width, s.support.shape[1])
         ids[:, :n, : s.support.shape[2]] = s.support[:, :n].to(mask.device)
         if s.alternatives is not None:  # answer_feedback: full
-            exact, where = expected_answer_loss(symbols, ids, s.alternatives)
+            told, where = answer_loss(symbols, ids, s.alternatives)
             where = where & mask
-            pg = torch.where(where, exact, pg)
+            pg = torch.where(where, told, pg)
             is_answer = s.answer.to(mask.device)
             stats["full_feedback"] = float(where.any(-1)[is_answer].float().mean()
                                            if is_answer.any() else 0.0)

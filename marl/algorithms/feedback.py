@@ -4,13 +4,15 @@ An answer agent's answer ends the episode, so the reward of every other answer i
 have given is known once the episode is over: the task's score of the team answer with
 one position of this agent's answer changed to another symbol of that position's alphabet
 (``Task.symbols``), every other position and every other agent's output as played. With
-those scores the answer's policy gradient at that position need not be estimated from the
-one sampled symbol: it is exact, ``∇ Σ_a π(a)·R(a)``. This is counterfactual credit of the
-kind COMA estimates with a critic, here exact, and it is how referential games train their
-receivers (EGG): the answerer learns as if told the reward of each answer, while what the
-team says to it is still learnt from the sampled team reward. It reads the task's score,
-never the oracle, but it is a stronger signal than the reward of the episode played, and
-figures that use it say so.
+those scores the answer need not learn from the one symbol it sampled. This is
+counterfactual credit of the
+kind COMA estimates with a critic, here exact. The answer then maximises the log of its
+expected score over those alternatives (:func:`answer_loss`): where one answer scores,
+that is the cross-entropy of the answer that scores, which is how referential games train
+their receivers (EGG, FIELD-NOTES), while what the team says to the answerer is still
+learnt from the sampled team reward. It reads the task's score, never the oracle, but it
+tells the answerer which answer was right, a stronger signal than the reward of the
+episode played, so figures that use it say so.
 """
 
 from __future__ import annotations
@@ -70,31 +72,39 @@ def _score(team: Team, batch: EpisodeBatch, b: int, side: str, answer: str) -> f
     return float(task.score_sides(instance, answers)[side])
 
 
-def expected_answer_loss(symbols: torch.Tensor, ids: torch.Tensor,
-                         alternatives: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The policy-gradient loss ``(S, L)`` at answer positions with scored alternatives,
-    ``−Σ_a π(a)·(R(a) − R̄)`` with ``R̄`` the alphabet-renormalised mean (no gradient), and
-    where it applies ``(S, L)``. ``symbols`` ``(S, L, A)`` are the log-probs of each
-    position's alphabet (``ids`` its token ids, -1 pads), ``alternatives`` ``(S, L', A)``
-    the scores of :func:`alternative_scores`. Its gradient is the exact gradient of the
-    expected score over the alphabet, so it moves probability between symbols and leaves
-    the share of ill-formed tokens to the sampled term of rows that gave one.
+def answer_loss(symbols: torch.Tensor, ids: torch.Tensor,
+                alternatives: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss ``(S, L)`` at answer positions whose alternatives were scored, and where it
+    applies ``(S, L)``: ``−log Σ_a π̃(a)·(R(a) − min R)``, π̃ the policy renormalised over
+    the position's alphabet and ``R`` the alternatives' scores; 0 where every alternative
+    scores the same (nothing to learn there). Where one answer scores and the rest do not,
+    it is the cross-entropy of that answer, as referential games train their receivers;
+    where several score, the answer learns their share of its probability. ``symbols``
+    ``(S, L, A)`` are the log-probs of each position's alphabet (``ids`` its token ids, -1
+    pads), ``alternatives`` ``(S, L', A)`` the scores of :func:`alternative_scores`.
 
-    >>> lp = torch.log(torch.tensor([[[0.5, 0.5]]])).requires_grad_()
-    >>> loss, where = expected_answer_loss(lp, torch.tensor([[[3, 4]]]),
-    ...                                    torch.tensor([[[1.0, 0.0]]]))
-    >>> loss.sum().backward(); lp.grad  # up for the symbol that scores, down for the other
-    tensor([[[-0.2500,  0.2500]]])
+    >>> lp = torch.log(torch.tensor([[[0.5, 0.25, 0.25]]]))
+    >>> loss, where = answer_loss(lp, torch.tensor([[[3, 4, 5]]]),
+    ...                           torch.tensor([[[1.0, 0.0, 1.0]]]))
+    >>> round(float(loss), 3)  # -log(0.75)
+    0.288
     """
     n = symbols.shape[1]
+    if not symbols.shape[2]:  # no row has an alphabet
+        return symbols.new_zeros(symbols.shape[:2]), symbols.new_zeros(symbols.shape[:2],
+                                                                        dtype=torch.bool)
     alt = torch.full(symbols.shape, float("nan"), device=symbols.device)
     width, a = min(n, alternatives.shape[1]), min(symbols.shape[2], alternatives.shape[2])
     alt[:, :width, :a] = alternatives[:, :width, :a].to(symbols.device)
     valid = (ids >= 0) & ~alt.isnan()
-    where = valid.any(-1)
-    p = symbols.exp().masked_fill(~valid, 0.0)
-    r = alt.nan_to_num(0.0)
-    with torch.no_grad():
-        mean = (p * r).sum(-1, keepdim=True) / p.sum(-1, keepdim=True).clamp(min=1e-12)
-    loss = -(p * (r - mean)).sum(-1)
-    return loss.masked_fill(~where, 0.0), where
+    low = alt.masked_fill(~valid, float("inf")).amin(-1, keepdim=True)
+    gain = (alt - low).masked_fill(~valid, 0.0)  # each alternative's score above the worst
+    where = valid.any(-1) & (gain.amax(-1) > 0)
+    # Finite stand-ins (-1e4) where a symbol is absent keep every gradient finite.
+    use = where[..., None] & valid
+    logp = symbols.masked_fill(~use, -1e4)
+    logp = logp - torch.logsumexp(logp, -1, keepdim=True)  # renormalised over the alphabet
+    scoring = use & (gain > 0)
+    log_gain = gain.masked_fill(~scoring, 1.0).log().masked_fill(~scoring, -1e4)
+    loss = -torch.logsumexp(logp + log_gain, -1).masked_fill(~where, 0.0)
+    return loss, where

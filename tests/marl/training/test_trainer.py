@@ -604,6 +604,7 @@ def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_
      "warmup_prior: ciphers"),
     (["settle_at=null", "settled_eps=1e-4"], "settle_at is null"),
     (["influence_coef=0.2", "episodes_per_iter=1"], "episodes_per_iter=1 plays one"),
+    (["algorithm=ppo", "answer_feedback=full"], "answer_feedback only apply to algorithms"),
 ])
 def test_settings_the_algorithm_ignores_are_rejected(sets, message):
     with pytest.raises(ConfigError, match=message):
@@ -746,6 +747,11 @@ def test_answer_floor_skips_answers_without_an_alphabet_and_says_so(toy, tmp_pat
                     "alphabet for a's answers (Task.symbols returns None)."]
     rows = [trainer.step() for _ in range(2)]
     assert all(r["rare_answers"] == 0.0 for r in rows)
+    said.clear()
+    trainer = Trainer(toy, small(answer_floor=0.1, answer_feedback="full", iterations=2),
+                      tmp_path / "full", log=said.append)
+    assert said[0].startswith("answer_floor and answer_feedback: full do not apply to a's")
+    assert trainer.step()["full_feedback"] == 0.0
 
 
 @pytest.mark.parametrize("baseline", ["mean", "mean_std"])

@@ -1,0 +1,138 @@
+"""Full-information feedback on answers (answer_feedback: full): the scores of every
+alternative answer symbol, and the exact expected gradient they give."""
+
+import numpy as np
+import torch
+
+from marl.algorithms.alphabets import pad_ids
+from marl.algorithms.feedback import alternative_scores, answer_loss
+from marl.policies.base import Completion, Policy
+from marl.rollout import collect
+from marl.runner import build_policies
+from marl.team import load_team
+
+
+class Babble(Policy):
+    """The task's random messages, tokenised as a model would have written them (ids and a
+    stop token), and garbage for every ``garbage``-th request."""
+
+    def __init__(self, task, tokenizer, garbage: int = 0):
+        self.task, self.tokenizer, self.garbage = task, tokenizer, garbage
+        self.rng, self.calls = np.random.default_rng(0), 0
+
+    def generate(self, requests, greedy=False):
+        out = []
+        for r in requests:
+            self.calls += 1
+            text = self.task.random_message(r.agent, r.final, self.rng)
+            if self.garbage and self.calls % self.garbage == 0:
+                text = "x" * len(text)
+            ids = tuple(self.tokenizer.encode(text + "\n"))
+            out.append(Completion(text, ids, (0.0,) * len(ids), "stop",
+                                  tuple(self.tokenizer.encode_prompt(r.observation))))
+        return out
+
+
+def vote_team(answer):
+    return load_team({"name": "votes", "task": {"name": "vote_v0",
+                                                "params": {"classes": 4, "noise": 0.5}},
+                      "agents": {"count": 3, "id": "v{i}", "role": "voter"},
+                      "policies": {"default": {"backend": "tiny", "max_new_tokens": 2}},
+                      "topology": {"kind": "chain"}, "protocol": {"answer": answer}})
+
+
+def played(team, garbage=0):
+    tok = build_policies(team, seed=0)[team.ids[0]].tokenizer
+    babble = Babble(team.task, tok, garbage)
+    batch = collect(team, dict.fromkeys(team.ids, babble), episodes=6, group_size=2, seed=0)
+    rows = [(b, k) for b in range(len(batch.records)) for k in range(len(batch.call_agent))]
+    digits = [[tok.encode(c)[0] for c in "0123"]]
+    support = pad_ids([digits if team.is_final_call(batch.agents[int(batch.call_agent[k])], 0)
+                       else [] for _, k in rows])
+    return batch, rows, support
+
+
+def test_a_lone_answerer_is_told_the_score_of_every_answer_and_the_rest_nothing():
+    team = vote_team("v2")
+    batch, rows, support = played(team)
+    alt = alternative_scores(team, batch, rows, support)
+    assert alt.shape == (len(rows), 1, 4)
+    for i, (b, k) in enumerate(rows):
+        if batch.agents[int(batch.call_agent[k])] == "v2":
+            label = batch.instances[b].data["label"]
+            assert alt[i, 0].tolist() == [float(a == label) for a in range(4)]
+        else:
+            assert alt[i].isnan().all()
+
+
+def test_a_voters_alternatives_change_the_majority_they_vote_in():
+    team = vote_team({"vote": ["v0", "v1", "v2"]})
+    batch, rows, support = played(team)
+    alt = alternative_scores(team, batch, rows, support)
+    checked = 0
+    for i, (b, k) in enumerate(rows):
+        votes = list(batch.records[b]["answers"])
+        voter = int(batch.call_agent[k])
+        for a in range(4):
+            votes[voter] = str(a)
+            expected = float(team.task.team_answer(votes) == batch.instances[b].answer)
+            assert alt[i, 0, a] == expected
+            checked += expected
+    assert checked > 0  # some alternatives would have won
+
+
+def test_ill_formed_answers_have_no_alternatives():
+    team = vote_team("v2")
+    batch, rows, support = played(team, garbage=2)
+    alt = alternative_scores(team, batch, rows, support)
+    answers = [i for i, (b, k) in enumerate(rows) if int(batch.call_agent[k]) == 2]
+    bad = [i for i in answers if not batch.valid[rows[i]]]
+    assert bad and len(bad) < len(answers)
+    assert all(alt[i].isnan().all() for i in bad)
+    assert all(not alt[i].isnan().any() for i in answers if i not in bad)
+
+
+def test_the_loss_is_the_log_of_the_expected_gain_over_the_alphabet():
+    # Where the alphabet holds every token: -log E_pi[R - min R], with its exact gradient;
+    # one scoring answer makes it that answer's cross-entropy.
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 2, 5, generator=gen, requires_grad=True)
+    scores = torch.rand(3, 2, 5, generator=gen)
+    ids = torch.arange(5).expand(3, 2, 5)
+    loss, where = answer_loss(torch.log_softmax(logits, -1), ids, scores)
+    assert where.all()
+    gain = scores - scores.amin(-1, keepdim=True)
+    exact = -(torch.softmax(logits, -1) * gain).sum(-1).log()
+    assert torch.allclose(loss, exact, atol=1e-5)
+    (grad,) = torch.autograd.grad(loss.sum(), logits)
+    (want,) = torch.autograd.grad(exact.sum(), logits)
+    assert torch.allclose(grad, want, atol=1e-5)
+    one = torch.zeros(1, 1, 5)
+    one[0, 0, 3] = 1.0
+    told, _ = answer_loss(torch.log_softmax(logits[:1, :1], -1), ids[:1, :1], one)
+    assert torch.allclose(told, -torch.log_softmax(logits[:1, :1], -1)[..., 3], atol=1e-5)
+
+
+def test_no_loss_and_no_nan_where_nothing_was_scored_or_every_answer_scores_alike():
+    logits = torch.zeros(3, 2, 4, requires_grad=True)
+    scores = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(3, 2, 1)
+    scores[0, 1] = float("nan")  # an ill-formed answer: no alternatives
+    scores[1, 1] = 0.5  # every alternative scores the same
+    ids = torch.arange(4).expand(3, 2, 4).clone()
+    ids[2] = -1  # a row without an alphabet
+    loss, where = answer_loss(torch.log_softmax(logits, -1), ids, scores)
+    assert where.tolist() == [[True, False], [True, False], [False, False]]
+    assert loss[~where].eq(0).all() and torch.allclose(loss[where], torch.tensor(4.0).log())
+    loss.sum().backward()
+    assert torch.isfinite(logits.grad).all() and logits.grad[~where].eq(0).all()
+
+
+def test_alternatives_are_scored_once_per_distinct_team_answer(monkeypatch):
+    team = vote_team({"vote": ["v0", "v1", "v2"]})
+    batch, rows, support = played(team)
+    calls = []
+    real = type(team.task).verdict
+    monkeypatch.setattr(type(team.task), "verdict",
+                        lambda self, inst, ans: calls.append(ans) or real(self, inst, ans))
+    alternative_scores(team, batch, rows, support)
+    assert 0 < len(calls) < 4 * len(rows)  # alternatives often leave the majority as it was
