@@ -32,11 +32,18 @@ MAX_RUN_FIGURES = 24  # runs drawn one by one (tokens, emergence, messages); tab
 
 
 def label(run: dict[str, Any]) -> str:
-    """The run's name in figures: oracle use is always said, and so is a classic MARL
-    baseline (symbol agents, whose tokens are symbols)."""
+    """The run's name in figures: oracle use is always said, and so are a classic MARL
+    baseline (symbol agents, whose tokens are symbols) and answers told the score of every
+    alternative (``answer_feedback: full``).
+
+    >>> label({"label": "r", "kind": "train", "answer_feedback": "full"})
+    'r (answers told)'
+    """
     name = run["label"]
     if run.get("tokens_are") == "symbols":
         name = f"{name} (RLlib baseline, symbols)"
+    if run.get("answer_feedback") == "full":
+        name = f"{name} (answers told)"
     if run["kind"] == "eval" and run.get("uses_oracle"):
         return f"{name} (scripted oracle)"
     return f"{name} (oracle demos)" if run.get("uses_oracle") else name

@@ -360,7 +360,8 @@ class Trainer(Checkpoints):
         if self.rows and self.rows[-1]["step"] != self._saved_step:
             self._checkpoint()
         summary = {"scenario": self.teams[0].name, "algorithm": cfg.algorithm,
-                   "uses_oracle": cfg.uses_oracle, "warmup_steps": self.warmed,
+                   "uses_oracle": cfg.uses_oracle, "answer_feedback": cfg.answer_feedback,
+                   "warmup_steps": self.warmed,
                    "iterations": self.iteration, "wall_s": self.wall,
                    "stage": stage_name(cfg.curriculum, self.stage), "best": self.best,
                    "final": self.rows[-1] if self.rows else None}

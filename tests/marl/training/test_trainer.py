@@ -412,6 +412,18 @@ def test_cli_train_says_when_it_uses_the_oracle(tmp_path):
     assert json.loads((out / "summary.json").read_text())["uses_oracle"] is True
 
 
+def test_cli_train_says_when_answers_get_full_feedback(tmp_path):
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, [
+        "train", str(ROOT / "scenarios" / "signal.yaml"), "--out", str(out),
+        "--set", "iterations=1", "--set", "episodes_per_iter=2", "--set", "group_size=2",
+        "--set", "eval_episodes=4", "--set", "warmup_steps=0", "--set", "answer_feedback=full"])
+    assert res.exit_code == 0, res.output
+    assert "answer_feedback: full: after each episode the answers are told" in res.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["answer_feedback"] == "full" and summary["uses_oracle"] is False
+
+
 def test_cli_train_config_error_has_no_traceback(tmp_path):
     res = CliRunner().invoke(app, ["train", str(ROOT / "scenarios" / "signal.yaml"),
                                    "--set", "epochz=2", "--out", str(tmp_path)])
@@ -883,3 +895,36 @@ def test_the_relay_config_fits_relay_chain(tmp_path):
     trainer = Trainer(relay_team(), cfg, tmp_path / "run")  # stages and turns checked here
     assert cfg.turns and not cfg.uses_oracle
     assert [t.task.params.fact_length for t in trainer.teams] == [1, 4]
+
+
+def lone_answerer():
+    """One agent that must answer the label it reads (four labels, no noise)."""
+    return load_team({"name": "lone", "task": {"name": "vote_v0",
+                                               "params": {"classes": 4, "noise": 0.0}},
+                      "agents": [{"id": "a", "role": "voter"}],
+                      "policies": {"default": {"backend": "tiny", "max_new_tokens": 2}},
+                      "topology": {"kind": "chain"}, "protocol": {"answer": "a"}})
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_full_answer_feedback_learns_and_the_flipped_scores_do_not(tmp_path, monkeypatch,
+                                                                    flip):
+    """answer_feedback: full on a fixed seed: the answer learns from the scores of every
+    alternative answer, with the RL term's own advantage set to 0 so that nothing else
+    teaches it; with every alternative's score flipped (1 - score) it must learn to avoid
+    the label instead."""
+    from marl.algorithms import common, magrpo
+
+    monkeypatch.setattr(magrpo.MAGRPO, "advantages",
+                        lambda self, batch, seed: torch.zeros(len(batch.records), 1))
+    if flip:
+        real = common.alternative_scores
+        monkeypatch.setattr(common, "alternative_scores", lambda *a: 1 - real(*a))
+    cfg = small(iterations=20, answer_feedback="full", episodes_per_iter=16, warmup_steps=60,
+                warmup_episodes=16, eval_every=20, eval_episodes=64, lr=3e-3)
+    trainer = Trainer(lone_answerer(), cfg, tmp_path)
+    trainer.train()
+    rl = [r for r in trainer.rows if r["phase"] == "rl"]
+    assert np.mean([r["full_feedback"] for r in rl]) > 0.8  # most answers well-formed
+    last = rl[-1]["eval_success_rate"]
+    assert (last < 0.1) if flip else (last > 0.8)  # chance: 0.25
