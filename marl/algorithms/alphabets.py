@@ -1,8 +1,7 @@
 """The task's alphabets in the loss: which calls' alphabets a run needs, as token ids
 (``signal_entropy``: every call's; ``answer_floor``, ``answer_feedback``: the answers'),
 checked before training, and the terms of the answer floor and the positive-signalling
-bonus (see
-:mod:`marl.algorithms.common` for the whole loss)."""
+bonus (see :mod:`marl.algorithms.common` for the whole loss)."""
 
 from __future__ import annotations
 

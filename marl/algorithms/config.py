@@ -116,9 +116,10 @@ class TrainConfig(BaseModel):
                                   "another task instance's observation.")
     answer_feedback: Literal["sampled", "full"] = Field(
         "sampled", description="sampled: an answer learns from the reward of the answer given; "
-        "full: from the team's score of every symbol it could have given at each position "
-        "(Task.symbols; the rest as played), an exact expected gradient (full-information "
-        "feedback, as referential games train receivers).")
+        "full: it is told the team's score of every symbol it could have given at each "
+        "position (Task.symbols; the rest as played) and maximises the log of its expected "
+        "score over them (the cross-entropy of the answer that scores, as referential games "
+        "train receivers). magrpo, grpo.")
     answer_floor: float = Field(
         0.1, ge=0, lt=1, description="Lifts any answer symbol given, averaged over the batch's "
         "answers, less than this fraction of its share 1/|alphabet| (Task.symbols). 0: off.")

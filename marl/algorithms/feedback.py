@@ -4,15 +4,14 @@ An answer agent's answer ends the episode, so the reward of every other answer i
 have given is known once the episode is over: the task's score of the team answer with
 one position of this agent's answer changed to another symbol of that position's alphabet
 (``Task.symbols``), every other position and every other agent's output as played. With
-those scores the answer need not learn from the one symbol it sampled. This is
-counterfactual credit of the
-kind COMA estimates with a critic, here exact. The answer then maximises the log of its
-expected score over those alternatives (:func:`answer_loss`): where one answer scores,
-that is the cross-entropy of the answer that scores, which is how referential games train
-their receivers (EGG, FIELD-NOTES), while what the team says to the answerer is still
-learnt from the sampled team reward. It reads the task's score, never the oracle, but it
-tells the answerer which answer was right, a stronger signal than the reward of the
-episode played, so figures that use it say so.
+those scores the answer need not learn from the one symbol it sampled: this is
+counterfactual credit of the kind COMA estimates with a critic, here exact. The answer
+maximises the log of its expected score over the alternatives (:func:`answer_loss`):
+where one answer scores, that is the cross-entropy of the answer that scores, which is how
+referential games train their receivers (EGG, FIELD-NOTES), while what the team says to
+the answerer is still learnt from the sampled team reward. It reads the task's score,
+never the oracle, but it tells the answerer which answer was right, a stronger signal than
+the reward of the episode played, so figures that use it say so.
 """
 
 from __future__ import annotations

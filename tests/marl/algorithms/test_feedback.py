@@ -10,6 +10,7 @@ from marl.policies.base import Completion, Policy
 from marl.rollout import collect
 from marl.runner import build_policies
 from marl.team import load_team
+from tests.marl.conftest import ROOT
 
 
 class Babble(Policy):
@@ -136,3 +137,25 @@ def test_alternatives_are_scored_once_per_distinct_team_answer(monkeypatch):
                         lambda self, inst, ans: calls.append(ans) or real(self, inst, ans))
     alternative_scores(team, batch, rows, support)
     assert 0 < len(calls) < 4 * len(rows)  # alternatives often leave the majority as it was
+
+
+def test_in_a_zero_sum_game_each_side_is_told_its_own_score_with_the_other_as_played():
+    team = load_team(ROOT / "scenarios" / "cipher.yaml")
+    tok = build_policies(team, seed=0)["bob"].tokenizer
+    babble = Babble(team.task, tok)
+    batch = collect(team, dict.fromkeys(team.ids, babble), episodes=6, group_size=2, seed=0)
+    rows = [(b, k) for b in range(len(batch.records)) for k in range(len(batch.call_agent))]
+    digits = [[tok.encode(c)[0] for c in "0123"]]
+    agents = [batch.agents[int(batch.call_agent[k])] for _, k in rows]
+    support = pad_ids([digits if a in ("bob", "eve") else [] for a in agents])
+    alt = alternative_scores(team, batch, rows, support)
+    for i, ((b, _), agent) in enumerate(zip(rows, agents, strict=True)):
+        if agent == "alice":
+            assert alt[i].isnan().all()
+            continue
+        side = team.side_of(agent)
+        played = {s: v["answer"] for s, v in batch.records[b]["sides"].items()}
+        for a in range(4):
+            said = {**played, side: str(a)}
+            assert alt[i, 0, a] == team.task.score_sides(batch.instances[b], said)[side]
+    assert (alt[~alt.isnan()] < 0).any()  # the other side's right answer costs this one
