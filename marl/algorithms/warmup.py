@@ -49,9 +49,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from scipy.optimize import linear_sum_assignment
 
 from marl import seeds
-from marl.algorithms.common import Trainable, guarded_step, sft_term, target_ids
+from marl.algorithms.alphabets import pad_ids, symbol_ids
+from marl.algorithms.common import Trainable, guarded_step, score_rows, sft_term, target_ids
 from marl.algorithms.config import TrainConfig
 from marl.errors import MarlError
 from marl.policies import Completion, Policy, Request
@@ -68,7 +70,7 @@ def source_episodes(team: Team, cfg: TrainConfig, habits: Habits, seed: int) -> 
     player: Policy
     if cfg.warmup_source == "oracle":
         player = ScriptedPolicy(team.task)
-    elif cfg.warmup_prior in ("habits", "ciphers"):
+    elif cfg.warmup_prior in ("habits", "ciphers"):  # infomax: the random policy plays
         player = HabitPolicy(team, habits, cfg.habit_strength, seed)
     else:
         player = RandomPolicy(team.task, seed)
@@ -326,14 +328,64 @@ def warmup_step(trainables: Sequence[Trainable], teams: Sequence[Team], cfg: Tra
 def sft_steps(trainables: Sequence[Trainable], team: Team, batch: EpisodeBatch,
               cfg: TrainConfig) -> dict[str, tuple[float, dict]]:
     """One supervised step per trainable policy on a source batch's calls of its agents:
-    its SFT loss and the guard's output, by policy name (policies with no call left out)."""
+    its SFT loss (``infomax``: :func:`infomax_term`) and the guard's output, by policy name
+    (policies with no call left out)."""
     done = {}
     for t in trainables:
         prompts, targets = warmup_rows(t, team, batch, cfg)
-        if prompts:
-            loss = sft_term(t, prompts, targets)
-            done[t.name] = (float(loss.detach()), guarded_step(t, loss, cfg))
+        if not prompts:
+            continue
+        if cfg.warmup_prior == "matched" and cfg.warmup_source == "random":
+            targets = matched_targets(t, team, batch, prompts, targets)
+        loss = sft_term(t, prompts, targets)
+        done[t.name] = (float(loss.detach()), guarded_step(t, loss, cfg))
     return done
+
+
+def matched_targets(t: Trainable, team: Team, batch: EpisodeBatch, prompts: list,
+                    targets: list[list[int]]) -> list[list[int]]:
+    """The ``matched`` prior's targets: each agent's random messages in a source batch
+    (rows as :func:`warmup_rows` gives them), dealt out among its calls by an optimal
+    matching to what each call already leans towards. A call's leaning towards a message is
+    the summed log-prob, under the current policy, of the message's symbols at their
+    positions (``Task.symbols``; the policy's distribution after the call's own target
+    prefix). The batch still says the random policy's messages, as often as it drew them,
+    so the format and the spread over messages are the random policy's; but which call
+    says which follows the model's own preferences, however slight, and learning them
+    sharpens them: each agent forms input-dependent preferences of its own, a function of
+    what it read that it finds easy, however many observations there are (self-labelling
+    with equipartition, as in SeLa and SwAV)."""
+    rows = list(range(len(prompts)))
+    keys, support = [], []
+    for k in batch.slots(t.agents).tolist():
+        agent = batch.agents[int(batch.call_agent[k])]
+        final = team.is_final_call(agent, int(batch.call_round[k]))
+        try:
+            ids = symbol_ids(t, team, agent, final)
+        except MarlError:
+            ids = []  # no one-token alphabet: the call keeps its random target
+        support += [ids] * len(batch.records)
+        keys += [(agent, final)] * len(batch.records)
+    with torch.no_grad():
+        symbols = score_rows(t, prompts, targets, support=pad_ids(support))[2]
+    out = list(targets)
+    for key in dict.fromkeys(keys):
+        group = [i for i in rows if keys[i] == key and support[i]]
+        if len(group) < 2:
+            continue
+        alphabets = support[group[0]]
+        leaning = torch.zeros(len(group), len(group))
+        for pos, alphabet in enumerate(alphabets[: symbols.shape[1]]):
+            index = {tok: a for a, tok in enumerate(alphabet)}
+            said = [index.get(targets[j][pos], -1) if pos < len(targets[j]) else -1
+                    for j in group]
+            cols = torch.tensor(said)
+            lp = symbols[group, pos, : len(alphabet)].float()
+            leaning += torch.where(cols >= 0, lp[:, cols.clamp(min=0)], 0.0)
+        mine, theirs = linear_sum_assignment(leaning.numpy(), maximize=True)
+        for i, j in zip(mine, theirs, strict=True):
+            out[group[i]] = targets[group[j]]
+    return out
 
 
 #: Greedy episodes of the stage just passed that show :func:`promotion_warmup` the team's

@@ -202,7 +202,8 @@ class Trainer(Checkpoints):
         self._guard(stats)
         done = self.warmed == self.warmup_steps
         if self.warmed % cfg.eval_every == 0 or done:
-            with_habits = cfg.warmup_source == "random" and cfg.warmup_prior != "uniform"
+            with_habits = (cfg.warmup_source == "random"
+                           and cfg.warmup_prior in ("habits", "ciphers"))
             evaluated, records = self.evaluate(sampled=True,
                                                habits=self.habits if with_habits else None)
             row.update(evaluated)
