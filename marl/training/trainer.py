@@ -104,7 +104,8 @@ class Trainer(Checkpoints):
         self.warming = [t for t in self.learner.trainables if t.name in names]
         self.warmup_steps = cfg.warmup if self.warming else 0
         self.warmed = 0  # warm-up steps done
-        self.habits = warmup.Habits(cfg.seed, ciphers=cfg.warmup_prior == "ciphers")
+        self.habits = warmup.Habits(cfg.seed, ciphers=cfg.warmup_prior == "ciphers",
+                                    matched=cfg.warmup_prior == "matched")
         self.iteration = 0  # RL iterations done
         self.reference_at = 0  # iteration at which the KL's reference was last set
         self.settled = False  # evaluated at settle_at in this stage (see _maybe_settle)
@@ -202,8 +203,7 @@ class Trainer(Checkpoints):
         self._guard(stats)
         done = self.warmed == self.warmup_steps
         if self.warmed % cfg.eval_every == 0 or done:
-            with_habits = (cfg.warmup_source == "random"
-                           and cfg.warmup_prior in ("habits", "ciphers"))
+            with_habits = cfg.warmup_source == "random" and cfg.warmup_prior != "uniform"
             evaluated, records = self.evaluate(sampled=True,
                                                habits=self.habits if with_habits else None)
             row.update(evaluated)

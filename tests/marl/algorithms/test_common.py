@@ -419,3 +419,46 @@ def test_no_counterfactual_input_in_a_batch_of_one_instance():
     t = trainables(team, policies, TrainConfig())[0]
     assert samples_for(t, team, batch, torch.zeros(4, 2), with_demos=False,
                        counter=True).counter is None
+
+
+def test_matched_habits_are_distinct_and_follow_each_calls_leaning():
+    """The matched prior gives each observation met for the first time a well-formed
+    habit, different observations different ones (each letter at most twice for 32 words
+    and 26 letters), chosen jointly by what each call leans towards: the calls' summed
+    log-prob of their habits is at least that of any other deal of the same messages.
+    Habits are kept: a call on an observation that has one keeps what the source said."""
+    from marl.algorithms.alphabets import pad_ids, symbol_ids
+    from marl.algorithms.warmup import Habits, matched_targets, source_episodes, warmup_rows
+
+    team = load_team(ROOT / "benchmarks" / "generality" / "signal_5_pick.yaml")
+    cfg = TrainConfig(warmup_prior="matched")
+    speaker = next(t for t in trainables(team, build_policies(team, seed=0), cfg)
+                   if t.name == "speaker")
+    habits = Habits(seed=0, matched=True)
+    batch = source_episodes(team, cfg, habits, seed=3)
+    prompts, targets = warmup_rows(speaker, team, batch, cfg)
+    assert len(set(map(tuple, prompts))) == len(prompts) == 32
+    dealt = matched_targets(speaker, team, batch, prompts, targets, 3, habits)
+    table = dict(habits.table["speaker"])
+    assert len(table) == 32 and "listener" not in habits.table  # another policy
+    said = [speaker.policy.tokenizer.decode(d).removesuffix("\n") for d in dealt]
+    k = int(batch.slots(["speaker"])[0])
+    assert said == [table[seen[k]] for seen in batch.observations]
+    assert all(team.task.valid_message("speaker", m, False) for m in said)
+    assert max(said.count(m) for m in said) <= 2 and len(set(said)) >= 16
+    assert matched_targets(speaker, team, batch, prompts, targets, 3, habits) == targets
+    assert matched_targets(speaker, team, batch, prompts, targets, 3,
+                           Habits(seed=0, matched=True)) == dealt  # the same seed, the same
+    support = pad_ids([symbol_ids(speaker, team, "speaker", False)] * len(prompts))
+    with torch.no_grad():
+        letters = score_rows(speaker, prompts, targets, support=support)[2][:, 0]  # (n, 26)
+    column = {tok: a for a, tok in enumerate(support[0, 0].tolist())}
+
+    def leaning(deal: list[list[int]]) -> float:
+        return sum(float(letters[i, column[d[0]]]) for i, d in enumerate(deal))
+
+    best = leaning(dealt)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        order = torch.randperm(len(dealt), generator=gen).tolist()
+        assert best >= leaning([dealt[j] for j in order]) - 1e-6
