@@ -367,8 +367,8 @@ def sft_steps(trainables: Sequence[Trainable], team: Team, batch: EpisodeBatch,
 #: ``matched``: random messages drawn per new observation, besides the source's, as the
 #: candidates for its habit.
 CANDIDATES = 4
-#: ``matched``: how much a message's use by other habits outweighs a nat of leaning.
-USED = 1000.0
+#: ``matched``: the leaning (nats) a message loses for each habit of the agent that uses it.
+USED = 1.0
 
 
 def matched_targets(t: Trainable, team: Team, batch: EpisodeBatch, prompts: list,
