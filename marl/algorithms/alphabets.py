@@ -21,10 +21,9 @@ if TYPE_CHECKING:
 
 
 def support_kind(cfg: TrainConfig) -> Literal["all", "answers"] | None:
-    """Which rows' alphabets the loss needs: every row's (``signal_entropy``,
-    ``signalling_coef``), the answers' (``answer_floor``, ``answer_feedback: full``) or
-    none."""
-    if cfg.signal_entropy > 0 or cfg.signalling_coef > 0:
+    """Which rows' alphabets the loss needs: every row's (``signal_entropy``), the answers'
+    (``answer_floor``, ``answer_feedback: full``) or none."""
+    if cfg.signal_entropy > 0:
         return "all"
     return "answers" if cfg.answer_floor > 0 or cfg.answer_feedback == "full" else None
 
@@ -47,10 +46,9 @@ def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                     symbol_ids(t, stage, agent, final)
                 except MarlError as e:
                     if kind == "all":
-                        term = "signal_entropy" if cfg.signal_entropy > 0 else "signalling_coef"
                         raise MarlError(
-                            f"{term} needs every symbol of every message as one "
-                            f"token, but {e}; set {term}: 0.") from None
+                            "signal_entropy needs every symbol of every message as one "
+                            f"token, but {e}; set signal_entropy: 0.") from None
                     skipped.setdefault(agent, str(e))
     terms = [t for t, on in (("answer_floor", cfg.answer_floor > 0),
                              ("answer_feedback: full", cfg.answer_feedback == "full")) if on]
@@ -117,32 +115,6 @@ def symbol_groups(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,
         lp = symbols[at, t]
         for g, k in enumerate(keys):
             yield lp[group == g][:, k[-ids.shape[2]:] >= 0]  # the alphabet, not its pads
-
-
-def signal_information(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,
-                       agent: torch.Tensor) -> torch.Tensor:
-    """The mutual information (nats) between each agent's input and its symbols, over the
-    batch's calls: for every (agent, position, alphabet) group of ``rows`` (see
-    :func:`symbol_groups`), with each call's distribution renormalised over the alphabet,
-    ``H(π̄) − mean H(π)``, weighted by the group's size. Highest when every call is sure
-    of its symbol and different inputs get different symbols; 0 for an agent that says the
-    same distribution whatever it read.
-
-    >>> lp = torch.log(torch.tensor([[[1.0, 1e-9]], [[1e-9, 1.0]], [[0.5, 0.5]]]))
-    >>> ids, rows = torch.tensor([[[4, 5]]] * 3), torch.ones(3, 1, dtype=torch.bool)
-    >>> round(float(signal_information(lp, ids, rows, torch.tensor([0, 0, 1]))), 3)  # ln 2 · 2/3
-    0.462
-    """
-    total = symbols.new_zeros(())
-    count = 0
-    for members in symbol_groups(symbols, ids, rows, by=agent):
-        own = members - torch.logsumexp(members, 1, keepdim=True)  # log π over the alphabet
-        mean = torch.logsumexp(own, 0) - math.log(len(members))  # log π̄
-        spread = -(mean.exp() * mean).sum()
-        sure = (own.exp() * own).sum(1).mean()  # −mean H(π)
-        total = total + len(members) * (spread + sure)
-        count += len(members)
-    return total / max(count, 1)
 
 
 def answer_floor_gap(symbols: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,

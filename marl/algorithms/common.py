@@ -7,7 +7,6 @@ Loss (per policy, tokens t of its agents' completions, advantage A)::
     L_pg   = −min(ratio·A, clip(ratio, 1 − clip_low, 1 + clip_high)·A)      (clip-higher)
     L      = agg(L_pg) + kl_coef·agg(KL(π ‖ π_ref)) − entropy_coef·agg(H) + sft_coef·L_SFT
              − signal_entropy·(entropy of each agent's symbols, averaged over its calls)
-             − signalling_coef·(mutual information of each agent's input and message symbols)
              − mean over answer positions t of mean over s in S_t of
                min(log π̄_t(s) − log(answer_floor/|S_t|), 0)
 
@@ -43,7 +42,6 @@ from marl.algorithms.alphabets import (
     answer_floor_gap,
     pad_ids,
     signal_entropy,
-    signal_information,
     support_kind,
 )
 from marl.algorithms.config import TrainConfig
@@ -325,11 +323,6 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
             spread = signal_entropy(symbols, ids, has, s.agent.to(mask.device))
             loss = loss - cfg.signal_entropy * spread
             stats["signal_entropy"] = float(spread.detach())
-        if cfg.signalling_coef > 0:
-            messages = has & ~s.answer.to(mask.device)[:, None]
-            info = signal_information(symbols, ids, messages, s.agent.to(mask.device))
-            loss = loss - cfg.signalling_coef * info
-            stats["signalling"] = float(info.detach())
         if cfg.answer_floor > 0:
             answers = has & s.answer.to(mask.device)[:, None]
             gap, rare = answer_floor_gap(symbols, ids, answers, cfg.answer_floor)

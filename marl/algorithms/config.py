@@ -126,10 +126,6 @@ class TrainConfig(BaseModel):
     signal_entropy: float = Field(
         0.0, ge=0, description="Weight of a positive-signalling bonus: the entropy of each "
         "agent's symbols over the batch's calls, per position (Eccles et al., 2019). 0: off.")
-    signalling_coef: float = Field(
-        0.0, ge=0, description="Weight of a positive-signalling bonus: the mutual information "
-        "between each agent's input and its message symbols over the batch, H(mean policy) − "
-        "mean H(policy), per position (Eccles et al., 2019). 0: off.")
     aggregation: Literal["token", "sequence"] = Field(
         "token", description="token: mean over all tokens; sequence: mean of per-sequence means.")
     sft_coef: float = Field(0.0, ge=0, description="L = L_RL + sft_coef * L_SFT on the task "
@@ -141,11 +137,10 @@ class TrainConfig(BaseModel):
         "random", description="Format warm-up before RL, on the messages of the task's random "
         "policy (form without meaning), of its oracle (imitation: labels the run "
         "uses_oracle), or none.")
-    warmup_prior: Literal["habits", "ciphers", "matched", "uniform"] = Field(
+    warmup_prior: Literal["habits", "ciphers", "uniform"] = Field(
         "habits", description="random warm-up: habits (an arbitrary message per agent and "
         "observation), ciphers (what the agent read through a private cipher; tasks with "
-        "Task.symbols), matched (the random messages dealt out among an agent's calls by "
-        "what each already leans towards) or uniform (a fresh random message every time).")
+        "Task.symbols) or uniform (a fresh random message every time).")
     habit_strength: float = Field(
         0.75, gt=0, le=1, description="habits, ciphers: probability that an agent says its "
         "habit in the warm-up's episodes (else a fresh random message).")

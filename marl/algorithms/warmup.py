@@ -49,11 +49,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from marl import seeds
-from marl.algorithms.alphabets import pad_ids, symbol_ids
-from marl.algorithms.common import Trainable, guarded_step, score_rows, sft_term, target_ids
+from marl.algorithms.common import Trainable, guarded_step, sft_term, target_ids
 from marl.algorithms.config import TrainConfig
 from marl.errors import MarlError
 from marl.policies import Completion, Policy, Request
@@ -70,7 +68,7 @@ def source_episodes(team: Team, cfg: TrainConfig, habits: Habits, seed: int) -> 
     player: Policy
     if cfg.warmup_source == "oracle":
         player = ScriptedPolicy(team.task)
-    elif cfg.warmup_prior in ("habits", "ciphers", "matched"):
+    elif cfg.warmup_prior in ("habits", "ciphers"):
         player = HabitPolicy(team, habits, cfg.habit_strength, seed)
     else:
         player = RandomPolicy(team.task, seed)
@@ -93,21 +91,13 @@ class Habits:
     TRIES = 64
 
     def __init__(self, seed: int, table: dict[str, dict[str, str]] | None = None,
-                 ciphers: bool = False, codes: dict[str, dict[str, str]] | None = None,
-                 matched: bool = False):
+                 ciphers: bool = False, codes: dict[str, dict[str, str]] | None = None):
         self.seed = seed
         self.table: dict[str, dict[str, str]] = table or {}
         self.ciphers = ciphers
-        #: ``matched``: habits are chosen by :func:`matched_targets` from the model's
-        #: leanings; an observation without one yet has none (:meth:`known`).
-        self.matched = matched
         #: ``ciphers``: symbols an agent writes for a symbol it read, by :func:`code_key`,
         #: in place of its random cipher (the team's own code, :func:`team_codes`).
         self.codes: dict[str, dict[str, str]] = codes or {}
-
-    def known(self, agent: str, observation: str) -> str | None:
-        """The habit ``agent`` has for ``observation``, if any yet."""
-        return self.table.get(agent, {}).get(observation)
 
     def message(self, team: Team, agent: str, observation: str, final: bool = False) -> str:
         """The habit of ``agent`` for ``observation`` (an answer when ``final``)."""
@@ -252,24 +242,14 @@ def habit_agreement(team: Team, batch: EpisodeBatch, habits: Habits) -> dict[str
     """Per agent, the share of its calls in ``batch`` whose message is its habit for what
     it read: near 1 once a greedy team has learnt its habits, and near chance while the
     warm-up has taught only the format (every agent then writes much the same whatever
-    it read, and reward cannot reach it through its input). With ``matched`` habits, over
-    the calls whose observation has one (agents with none are left out)."""
+    it read, and reward cannot reach it through its input)."""
     agrees = torch.zeros(len(batch.records), len(batch.call_agent), dtype=torch.bool)
-    known = torch.ones_like(agrees)
     for b, record in enumerate(batch.records):
         for k, call in enumerate(record["transcript"]):
             final = team.is_final_call(call["agent"], call["round"])
-            seen = batch.observations[b][k]
-            if habits.matched and habits.known(call["agent"], seen) is None:
-                known[b, k] = False  # a matched habit is chosen only when first met
-                continue
-            agrees[b, k] = call["message"] == habits.peek(team, call["agent"], seen, final)
-    rates = {}
-    for i, agent in enumerate(batch.agents):
-        mine = known[:, batch.call_agent == i]
-        if mine.any():
-            rates[agent] = float(agrees[:, batch.call_agent == i][mine].float().mean())
-    return rates
+            habit = habits.peek(team, call["agent"], batch.observations[b][k], final)
+            agrees[b, k] = call["message"] == habit
+    return batch.per_agent_rate(agrees)
 
 
 class HabitPolicy(RandomPolicy):
@@ -288,8 +268,6 @@ class HabitPolicy(RandomPolicy):
             habit = self.rng.random() < self.strength
             # drawn either way, so later draws do not depend on earlier coins
             fresh = self.task.random_message(r.agent, r.final, self.rng)
-            if habit and self.habits.matched:  # none yet: matched_targets chooses it
-                habit = self.habits.known(r.agent, r.observation) is not None
             out.append(Completion(self.habits.message(self.team, r.agent, r.observation, r.final)
                                   if habit else fresh))
         return out
@@ -338,7 +316,7 @@ def warmup_step(trainables: Sequence[Trainable], teams: Sequence[Team], cfg: Tra
         seed = seeds.derive_seed(cfg.seed, seeds.WARMUP, step)
     batch = source_episodes(team, cfg, habits, seed)
     stats: dict[str, float] = {"sft_loss": 0.0, "grad_norm": 0.0, "skipped": 0.0}
-    for loss, out in sft_steps(trainables, team, batch, cfg, seed, habits).values():
+    for loss, out in sft_steps(trainables, team, batch, cfg).values():
         stats["sft_loss"] += loss / len(trainables)
         stats["grad_norm"] += out["grad_norm"] / len(trainables)
         stats["skipped"] += out["skipped"]
@@ -346,99 +324,16 @@ def warmup_step(trainables: Sequence[Trainable], teams: Sequence[Team], cfg: Tra
 
 
 def sft_steps(trainables: Sequence[Trainable], team: Team, batch: EpisodeBatch,
-              cfg: TrainConfig, seed: int = 0, habits: Habits | None = None
-              ) -> dict[str, tuple[float, dict]]:
+              cfg: TrainConfig) -> dict[str, tuple[float, dict]]:
     """One supervised step per trainable policy on a source batch's calls of its agents:
-    its SFT loss and the guard's output, by policy name (policies with no call left out).
-    With the ``matched`` prior, calls on observations without a habit get the one
-    :func:`matched_targets` chooses (``seed``: the step's, for the messages it draws)."""
+    its SFT loss and the guard's output, by policy name (policies with no call left out)."""
     done = {}
     for t in trainables:
         prompts, targets = warmup_rows(t, team, batch, cfg)
-        if not prompts:
-            continue
-        if cfg.warmup_prior == "matched" and cfg.warmup_source == "random":
-            targets = matched_targets(t, team, batch, prompts, targets, seed, habits)
-        loss = sft_term(t, prompts, targets)
-        done[t.name] = (float(loss.detach()), guarded_step(t, loss, cfg))
+        if prompts:
+            loss = sft_term(t, prompts, targets)
+            done[t.name] = (float(loss.detach()), guarded_step(t, loss, cfg))
     return done
-
-
-#: ``matched``: random messages drawn per new observation, besides the source's, as the
-#: candidates for its habit.
-CANDIDATES = 4
-#: ``matched``: the leaning (nats) a message loses for each habit of the agent that uses it.
-USED = 1.0
-
-
-def matched_targets(t: Trainable, team: Team, batch: EpisodeBatch, prompts: list,
-                    targets: list[list[int]], seed: int, habits: Habits) -> list[list[int]]:
-    """The ``matched`` prior: the targets of a source batch's calls (rows as
-    :func:`warmup_rows` gives them), where each observation an agent meets for the first
-    time gets its habit now, by what the model already leans towards. Among the agent's
-    random messages (the source's, and :data:`CANDIDATES` more per new observation drawn
-    with ``seed``), the new observations take the least used by the agent's habits
-    (distinct where the format leaves room, else each message about equally often) and,
-    among those, the ones they lean towards most, by an optimal matching. A leaning towards
-    a message is its symbols' summed log-prob under the current policy (``Task.symbols``;
-    at each position, the distribution after the call's own target prefix). The habit is
-    recorded in ``habits`` and is the target; other calls keep what the source said.
-
-    So habits are distinct and well-formed as under ``habits``, but follow the model's own
-    preferences, however slight: a function of what it read that it finds easy, which it
-    learns without memorising a table, however many observations there are (self-labelling
-    with equipartition, as in SeLa and SwAV). Calls without an alphabet of one-token
-    symbols keep the source's message."""
-    keys, support, seen, texts = [], [], [], []
-    for k in batch.slots(t.agents).tolist():
-        agent = batch.agents[int(batch.call_agent[k])]
-        final = team.is_final_call(agent, int(batch.call_round[k]))
-        try:
-            ids = symbol_ids(t, team, agent, final)
-        except MarlError:
-            ids = []
-        support += [ids] * len(batch.records)
-        keys += [(agent, final)] * len(batch.records)
-        seen += [batch.observations[b][k] for b in range(len(batch.records))]
-        texts += [record["transcript"][k]["message"] for record in batch.records]
-    new = [i for i, (agent, _) in enumerate(keys)
-           if support[i] and habits.known(agent, seen[i]) is None]
-    if not new:
-        return targets
-    with torch.no_grad():
-        symbols = score_rows(t, [prompts[i] for i in new], [targets[i] for i in new],
-                             support=pad_ids([support[i] for i in new]))[2]
-    out = list(targets)
-    for agent, final in dict.fromkeys(keys[i] for i in new):
-        first: dict[str, int] = {}  # each new observation's first row (in ``new``)
-        for r, i in enumerate(new):
-            if keys[i] == (agent, final):
-                first.setdefault(seen[i], r)
-        rows = list(first.values())
-        rng = np.random.default_rng(seeds.derive_seed(seed, zlib.crc32(agent.encode()),
-                                                      int(final)))
-        drawn = [team.task.random_message(agent, final, rng)
-                 for _ in range(CANDIDATES * len(rows))]
-        mine = habits.table.setdefault(agent, {})
-        candidates = list(dict.fromkeys([texts[new[r]] for r in rows] + drawn))
-        ids = [target_ids(t, text) for text in candidates]
-        leaning = torch.zeros(len(rows), len(candidates))
-        for pos, alphabet in enumerate(support[new[rows[0]]][: symbols.shape[1]]):
-            index = {token: a for a, token in enumerate(alphabet)}
-            column = torch.tensor([index.get(m[pos], -1) if pos < len(m) else -1 for m in ids])
-            lp = symbols[rows, pos, : len(alphabet)].float()
-            leaning += torch.where(column >= 0, lp[:, column.clamp(min=0)], 0.0)
-        used = Counter(mine.values())
-        copies = -(-len(rows) // len(candidates))  # each candidate at most this often
-        cost = torch.cat([leaning - USED * torch.tensor(
-            [float(used[c] + n) for c in candidates]) for n in range(copies)], 1)
-        picked, taken = linear_sum_assignment(cost.numpy(), maximize=True)
-        for r, j in zip(picked, taken, strict=True):
-            mine[seen[new[rows[r]]]] = candidates[j % len(candidates)]
-    for i in new:
-        agent, final = keys[i]
-        out[i] = target_ids(t, habits.table[agent][seen[i]])
-    return out
 
 
 #: Greedy episodes of the stage just passed that show :func:`promotion_warmup` the team's

@@ -91,7 +91,7 @@ def _row_text(row: dict[str, Any]) -> str:
         if "format_valid_rate" in row:
             text += (f" | format valid {_low(row['format_valid_rate']):.3f}, sampled success "
                      f"{row['success_rate']:.3f}")
-        if row.get("habit_agreement"):  # the agent furthest from its habits
+        if "habit_agreement" in row:  # the agent furthest from its habits
             text += f", habits learnt {_low(row['habit_agreement']):.3f}"
     else:
         text = (f"iter {row['iteration']}: success {row['success_rate']:.3f} reward "

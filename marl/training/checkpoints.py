@@ -95,8 +95,7 @@ class Checkpoints:
         self.reference_at = state.get("reference_at", 0)
         self.settled = state.get("settled", False)  # its eps came back with the optimizers
         self.habits = warmup.Habits(self.cfg.seed, state["habits"],
-                             ciphers=self.cfg.warmup_prior == "ciphers",
-                             matched=self.cfg.warmup_prior == "matched")
+                             ciphers=self.cfg.warmup_prior == "ciphers")
         self.changed = {}
         self.set(**state.get("settings", {}))  # also points the learner at the stage's team
         if self.phase == "rl":

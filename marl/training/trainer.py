@@ -104,8 +104,7 @@ class Trainer(Checkpoints):
         self.warming = [t for t in self.learner.trainables if t.name in names]
         self.warmup_steps = cfg.warmup if self.warming else 0
         self.warmed = 0  # warm-up steps done
-        self.habits = warmup.Habits(cfg.seed, ciphers=cfg.warmup_prior == "ciphers",
-                                    matched=cfg.warmup_prior == "matched")
+        self.habits = warmup.Habits(cfg.seed, ciphers=cfg.warmup_prior == "ciphers")
         self.iteration = 0  # RL iterations done
         self.reference_at = 0  # iteration at which the KL's reference was last set
         self.settled = False  # evaluated at settle_at in this stage (see _maybe_settle)
