@@ -93,6 +93,8 @@ def _row_text(row: dict[str, Any]) -> str:
                      f"{row['success_rate']:.3f}")
         if "habit_agreement" in row:  # the agent furthest from its habits
             text += f", habits learnt {_low(row['habit_agreement']):.3f}"
+        if same := [a for a, bits in row.get("input_information", {}).items() if bits < 0.01]:
+            text += f", same output whatever read: {', '.join(same)}"
     else:
         text = (f"iter {row['iteration']}: success {row['success_rate']:.3f} reward "
                 f"{row['reward_mean']:.3f} tokens/ep {row['tokens_per_episode']:.0f} loss "

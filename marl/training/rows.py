@@ -8,6 +8,7 @@ from typing import Any
 from marl import seeds
 from marl.algorithms.config import TrainConfig
 from marl.algorithms.warmup import Habits, habit_agreement
+from marl.analysis.emergence import entropy, mutual_information
 from marl.cost.ledger import Ledger
 from marl.rollout import EpisodeBatch, collect
 from marl.team import Team
@@ -18,8 +19,9 @@ def evaluation(team: Team, policies: dict, cfg: TrainConfig, sampled: bool = Fal
     """Greedy play of ``eval_episodes`` held-out instances of every split of the task
     (``eval_<split>_success_rate`` for splits other than ``train``); with ``sampled``
     also the same instances sampled, as the training rows report them; with ``habits``
-    (the warm-up's) each agent's ``habit_agreement`` in greedy play. Returns the row's
-    figures and every episode's record."""
+    (the warm-up's) each agent's ``habit_agreement`` in greedy play. The greedy play's
+    ``input_information`` says how much each agent's output depends on what it read.
+    Returns the row's figures and every episode's record."""
     row: dict[str, Any] = {}
     records: list[dict] = []
     seed = seeds.derive_seed(cfg.seed, seeds.EVAL)
@@ -36,6 +38,7 @@ def evaluation(team: Team, policies: dict, cfg: TrainConfig, sampled: bool = Fal
             row.update(eval_reward_mean=float(batch.reward.mean()),
                        eval_format_valid_rate=batch.per_agent_rate(batch.valid),
                        **batch.oracle_figures("eval_oracle_agreement"))
+            row["input_information"] = input_information(batch)
             if habits is not None:
                 row["habit_agreement"] = habit_agreement(team, batch, habits)
     if sampled:
@@ -44,6 +47,21 @@ def evaluation(team: Team, policies: dict, cfg: TrainConfig, sampled: bool = Fal
                    format_valid_rate=batch.per_agent_rate(batch.valid),
                    **batch.oracle_figures("oracle_agreement"))
     return row, records
+
+
+def input_information(batch: EpisodeBatch) -> dict[str, float]:
+    """Per agent whose observations vary in ``batch``, the mutual information (bits, plug-in)
+    between what it read and what it said, over its calls. In greedy play it is the entropy
+    of the agent's outputs: 0 for an agent that says the same whatever it read, through
+    which reward cannot reach the team (docs/learning.md, "The format warm-up")."""
+    calls: dict[str, tuple[list[str], list[str]]] = {a: ([], []) for a in batch.agents}
+    for b, record in enumerate(batch.records):
+        for k, call in enumerate(record["transcript"]):
+            seen, said = calls[call["agent"]]
+            seen.append(batch.observations[b][k])
+            said.append(call["message"])
+    return {agent: mutual_information(said, seen, correction="none")
+            for agent, (seen, said) in calls.items() if seen and entropy(seen) > 0}
 
 
 def iteration_figures(batch: EpisodeBatch, stats: dict, seconds: float) -> dict[str, Any]:

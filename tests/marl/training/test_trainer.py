@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 import marl.algorithms.common as common
 from marl.algorithms.config import TrainConfig, load_config
 from marl.cli import app
+from marl.cli.train import _row_text
 from marl.errors import ConfigError, MarlError
 from marl.tasks import TASKS
 from marl.tasks.base import Instance, Task, TaskParams
@@ -456,6 +457,10 @@ def test_random_warmup_teaches_the_format_and_nothing_else(tmp_path, prior):
     codes = {e["instance"]["target"]: e["transcript"][0]["message"] for e in episodes}
     distinct = len(set(codes.values()))
     assert distinct >= 3 if prior == "habits" else distinct == 1
+    # the row says so: bits of what the speaker read that its greedy message carries
+    told = row["input_information"]["speaker"]
+    assert told > 1.5 if prior == "habits" else told == 0.0
+    assert ("same output whatever read: speaker" in _row_text(row)) == (prior == "uniform")
     # with habits the row says how far each agent has learnt them (greedy)
     assert ("habit_agreement" in row) == (prior == "habits")
     if prior == "habits":
