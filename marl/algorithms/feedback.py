@@ -3,7 +3,8 @@
 An answer agent's answer ends the episode, so the reward of every other answer it could
 have given is known once the episode is over: the task's score of the team answer with
 one position of this agent's answer changed to another symbol of that position's alphabet
-(``Task.symbols``), every other position and every other agent's output as played. With
+(``Task.symbols``), every other agent's output as played, and the answer's other positions
+set to their best (as played where an answer has too many strings to score them all). With
 those scores the answer need not learn from the one symbol it sampled: this is
 counterfactual credit of the kind COMA estimates with a critic, here exact. The answer
 maximises the log of its expected score over the alternatives (:func:`answer_loss`):
@@ -16,10 +17,16 @@ the reward of the episode played, so figures that use it say so.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import torch
 
 from marl.rollout import EpisodeBatch
 from marl.team import Team
+
+#: Answers with at most this many possible symbol strings have every string scored.
+JOINT = 4096
 
 
 def alternative_scores(team: Team, batch: EpisodeBatch, rows: list[tuple[int, int]],
@@ -28,7 +35,11 @@ def alternative_scores(team: Team, batch: EpisodeBatch, rows: list[tuple[int, in
     (every token one symbol of its position's alphabet, ``support`` ``(S, L', A)`` holding
     the alphabets' token ids, -1 pads), the team's score had position ``j`` of the answer
     been symbol ``a`` of its alphabet; NaN elsewhere (other calls, pads, ill-formed answers,
-    failed episodes), where the sampled policy gradient applies as usual."""
+    failed episodes), where the sampled policy gradient applies as usual. For an answer of
+    several positions with at most :data:`JOINT` possible strings, every string is scored
+    and a symbol gets the best score of those it is part of (where only the whole answer
+    scores, each position is told its right symbol whatever the others said); beyond that,
+    the other positions stay as played."""
     out = torch.full(support.shape, float("nan"))
     for i, (b, k) in enumerate(rows):
         agent = batch.agents[int(batch.call_agent[k])]
@@ -48,16 +59,35 @@ def alternative_scores(team: Team, batch: EpisodeBatch, rows: list[tuple[int, in
                 c not in alphabet or tokens[j] != int(support[i, j, alphabet.index(c)])
                 for j, (c, alphabet) in enumerate(zip(text, symbols, strict=True))):
             continue  # not one token per symbol of the alphabets: no alternatives to score
-        scores: dict[str, float] = {}  # team answer -> score (alternatives often coincide)
-        for j, alphabet in enumerate(symbols):
-            for a, c in enumerate(alphabet):
-                answers[voter] = text[:j] + c + text[j + 1:]
-                key = team.task.team_answer(answers)
-                if key not in scores:
-                    scores[key] = _score(team, batch, b, side, key)
-                out[i, j, a] = scores[key]
-        answers[voter] = text
+        for j, best in enumerate(_alternatives(team, batch, b, side, answers, voter, symbols)):
+            out[i, j, : len(best)] = torch.tensor(best)
     return out
+
+
+def _alternatives(team: Team, batch: EpisodeBatch, b: int, side: str, answers: list[str],
+                  voter: int, symbols: tuple[str, ...]) -> list[list[float]]:
+    """Per position of ``side``'s answer ``answers[voter]`` in episode ``b``, the score of
+    each symbol of its alphabet (see :func:`alternative_scores`), each team answer scored
+    once (alternatives often coincide)."""
+    text, scores = answers[voter], {}
+    said = list(answers)
+
+    def score(answer: str) -> float:
+        said[voter] = answer
+        key = team.task.team_answer(said)
+        if key not in scores:
+            scores[key] = _score(team, batch, b, side, key)
+        return scores[key]
+
+    if len(symbols) > 1 and math.prod(map(len, symbols)) <= JOINT:
+        best = [[-math.inf] * len(alphabet) for alphabet in symbols]
+        for combo in itertools.product(*(range(len(alphabet)) for alphabet in symbols)):
+            got = score("".join(alphabet[a] for alphabet, a in zip(symbols, combo, strict=True)))
+            for j, a in enumerate(combo):
+                best[j][a] = max(best[j][a], got)
+        return best
+    return [[score(text[:j] + c + text[j + 1:]) for c in alphabet]
+            for j, alphabet in enumerate(symbols)]
 
 
 def _score(team: Team, batch: EpisodeBatch, b: int, side: str, answer: str) -> float:

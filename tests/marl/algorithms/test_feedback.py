@@ -159,3 +159,35 @@ def test_in_a_zero_sum_game_each_side_is_told_its_own_score_with_the_other_as_pl
             said = {**played, side: str(a)}
             assert alt[i, 0, a] == team.task.score_sides(batch.instances[b], said)[side]
     assert (alt[~alt.isnan()] < 0).any()  # the other side's right answer costs this one
+
+
+def test_each_position_of_an_all_or_nothing_answer_is_told_its_right_symbol():
+    """A two-letter fact is right only as a whole: each position is told the best score it
+    can be part of, every one of the 676 answers scored, so whatever the other letter
+    said, position j is told that the fact's j-th letter is right and no other."""
+    import string
+
+    team = load_team({"name": "pair", "task": {"name": "relay_v0",
+                                               "params": {"fact_length": 2, "source": "r0"}},
+                      "agents": {"count": 2, "id": "r{i}", "role": "relay"},
+                      "policies": {"default": {"backend": "tiny", "max_new_tokens": 3}},
+                      "topology": {"kind": "chain"}, "protocol": {"answer": "r1"}})
+    tok = build_policies(team, seed=0)["r0"].tokenizer
+    batch = collect(team, dict.fromkeys(team.ids, Babble(team.task, tok)), episodes=4,
+                    group_size=2, seed=0)
+    rows = [(b, k) for b in range(len(batch.records)) for k in range(len(batch.call_agent))]
+    letters = [tok.encode(c)[0] for c in string.ascii_lowercase]
+    support = pad_ids([[letters, letters] if batch.agents[int(batch.call_agent[k])] == "r1"
+                       else [] for _, k in rows])
+    alt = alternative_scores(team, batch, rows, support)
+    answered = 0
+    for i, (b, k) in enumerate(rows):
+        if batch.agents[int(batch.call_agent[k])] != "r1":
+            assert alt[i].isnan().all()
+            continue
+        fact = batch.instances[b].answer
+        assert batch.records[b]["answers"][0] != fact  # the played answer was wrong
+        for j in range(2):
+            assert alt[i, j].tolist() == [float(c == fact[j]) for c in string.ascii_lowercase]
+        answered += 1
+    assert answered == 8
