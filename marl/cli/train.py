@@ -9,6 +9,10 @@ import typer
 
 from marl.cli.shared import err, eval_text, guarded, out, progress_bar
 
+#: Below this many bits of an evaluation's ``input_information`` an agent is named as
+#: saying the same whatever it read.
+SAME_OUTPUT_BITS = 0.01
+
 
 @guarded
 def train(
@@ -93,7 +97,8 @@ def _row_text(row: dict[str, Any]) -> str:
                      f"{row['success_rate']:.3f}")
         if "habit_agreement" in row:  # the agent furthest from its habits
             text += f", habits learnt {_low(row['habit_agreement']):.3f}"
-        if same := [a for a, bits in row.get("input_information", {}).items() if bits < 0.01]:
+        if same := [a for a, bits in row.get("input_information", {}).items()
+                    if bits < SAME_OUTPUT_BITS]:
             text += f", same output whatever read: {', '.join(same)}"
     else:
         text = (f"iter {row['iteration']}: success {row['success_rate']:.3f} reward "

@@ -8,7 +8,7 @@ from typing import Any
 from marl import seeds
 from marl.algorithms.config import TrainConfig
 from marl.algorithms.warmup import Habits, habit_agreement
-from marl.analysis.emergence import entropy, mutual_information
+from marl.analysis.emergence import mutual_information
 from marl.cost.ledger import Ledger
 from marl.rollout import EpisodeBatch, collect
 from marl.team import Team
@@ -61,7 +61,7 @@ def input_information(batch: EpisodeBatch) -> dict[str, float]:
             seen.append(batch.observations[b][k])
             said.append(call["message"])
     return {agent: mutual_information(said, seen, correction="none")
-            for agent, (seen, said) in calls.items() if seen and entropy(seen) > 0}
+            for agent, (seen, said) in calls.items() if len(set(seen)) > 1}
 
 
 def iteration_figures(batch: EpisodeBatch, stats: dict, seconds: float) -> dict[str, Any]:
