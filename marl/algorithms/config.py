@@ -115,11 +115,11 @@ class TrainConfig(BaseModel):
                                   "an agent's token distributions on what it read and on "
                                   "another task instance's observation.")
     answer_feedback: Literal["sampled", "full"] = Field(
-        "sampled", description="sampled: an answer learns from the reward of the answer given; "
-        "full: it is told the team's score of every symbol it could have given at each "
-        "position (Task.symbols; the rest as played) and maximises the log of its expected "
-        "score over them (the cross-entropy of the answer that scores, as referential games "
-        "train receivers). magrpo, grpo.")
+        "full", description="full: an answer is told the team's score of every answer it "
+        "could have given (Task.symbols; scored by the task, never the oracle) and maximises "
+        "the log of its expected score over them, as referential games train receivers; "
+        "answers without alphabets learn from the sampled reward. sampled: from the reward "
+        "of the answer given alone.")
     answer_floor: float = Field(
         0.1, ge=0, lt=1, description="Lifts any answer symbol given, averaged over the batch's "
         "answers, less than this fraction of its share 1/|alphabet| (Task.symbols). 0: off.")
@@ -138,13 +138,14 @@ class TrainConfig(BaseModel):
         "policy (form without meaning), of its oracle (imitation: labels the run "
         "uses_oracle), or none.")
     warmup_prior: Literal["habits", "ciphers", "uniform"] = Field(
-        "habits", description="random warm-up: habits (an arbitrary message per agent and "
-        "observation), ciphers (what the agent read through a private cipher; tasks with "
-        "Task.symbols) or uniform (a fresh random message every time).")
+        "ciphers", description="random warm-up: ciphers (what the agent read through a "
+        "private cipher, where a field of its observation fits its output's alphabets; "
+        "elsewhere a habit), habits (an arbitrary message per agent and observation) or "
+        "uniform (a fresh random message every time).")
     habit_strength: float = Field(
-        0.75, gt=0, le=1, description="habits, ciphers: probability that an agent says its "
+        1.0, gt=0, le=1, description="habits, ciphers: probability that an agent says its "
         "habit in the warm-up's episodes (else a fresh random message).")
-    warmup_steps: int = Field(200, ge=0, description="Optimizer steps of the warm-up.")
+    warmup_steps: int = Field(600, ge=0, description="Optimizer steps of the warm-up.")
     warmup_pretrained: bool = Field(
         False, description="Also warm up hf and vllm policies (pretrained models already "
         "write well-formed text; by default only tiny models, trained from scratch, do).")
@@ -215,7 +216,7 @@ class TrainConfig(BaseModel):
         changed = {k for k in self.model_fields_set if getattr(self, k) != fields[k].default}
         ppo_only = sorted(changed & {"value_coef", "gamma", "lam", "critic"})
         group_only = sorted(changed & {"baseline", "credit", "regularize_solved",
-                                       "advantage_scale", "answer_feedback"})
+                                       "advantage_scale"})
         if self.algorithm != "ppo" and ppo_only:
             raise ValueError(f"{', '.join(ppo_only)} only apply to algorithm: ppo (its critic "
                              f"and GAE); {self.algorithm} ignores them. Remove them or set "

@@ -13,18 +13,19 @@ the policy's stop string. Sources:
   the task's format and no meaning, so the warmed-up team is at chance. ``warmup_prior``
   says how the random messages are drawn:
 
-  - ``habits`` (default): :class:`HabitPolicy` plays the episodes: with probability
-    ``habit_strength`` an agent says its *habit* for what it read (:class:`Habits`: a
-    random message or answer seeded by the run, the agent and the observation, distinct
-    across observations where the format leaves room), else a fresh random one. Each agent
-    so learns arbitrary, input-dependent preferences of its own, as a pre-trained model
-    has, and teammates hear each other's habits: reward can then reach every agent through
-    its input.
-  - ``ciphers``: habits that generalise over observations. A habit is what the agent read
-    (:func:`read_symbols`: the first field of its observation that fits its output's
-    alphabets) through a private random cipher of its own, symbol by symbol
-    (:meth:`Habits.enciphered`), one rule instead of one habit per observation; where no
-    field fits, a habit as under ``habits``.
+  - ``ciphers`` (default): :class:`HabitPolicy` plays the episodes: with probability
+    ``habit_strength`` (default 1) an agent says its *habit* for what it read, else a
+    fresh random message. A habit is what the agent read (:func:`read_symbols`: the first
+    field of its observation that fits its output's alphabets) through a private random
+    cipher of its own, symbol by symbol (:meth:`Habits.enciphered`): one rule instead of
+    one habit per observation, which an agent learns whatever the number of observations.
+    Where no field fits (or the task has no alphabets), a habit as under ``habits``.
+    Each agent so learns arbitrary, input-dependent preferences of its own, as a
+    pre-trained model has, and teammates hear each other's habits: reward can then reach
+    every agent through its input.
+  - ``habits``: every habit is a random message or answer seeded by the run, the agent and
+    the observation (:class:`Habits`), distinct across observations where the format
+    leaves room.
   - ``uniform``: a fresh random message every time: output independent of the input.
 
 - ``oracle``: the task oracle's demonstrations. Imitation: the run is labelled
@@ -57,7 +58,7 @@ from marl.errors import MarlError
 from marl.policies import Completion, Policy, Request
 from marl.policies.scripted import RandomPolicy, ScriptedPolicy
 from marl.rollout import EpisodeBatch, collect
-from marl.tasks.base import Task, inbox_messages, private_text
+from marl.tasks.base import inbox_messages, private_text
 from marl.team import Team
 
 
@@ -211,9 +212,7 @@ def warming(team: Team, cfg: TrainConfig) -> list[str]:
 
 def check_prior(teams: Sequence[Team], cfg: TrainConfig) -> None:
     """Before training: what the warm-up and the SFT term play must exist for the task. The
-    random warm-up needs the task's random policy, oracle demonstrations its oracle, and
-    the ``ciphers`` prior a task whose outputs are drawn from fixed alphabets
-    (:meth:`Task.symbols`)."""
+    random warm-up needs the task's random policy and oracle demonstrations its oracle."""
     warm = bool(warming(teams[0], cfg))
     needs = {"random_message": warm and cfg.warmup_source == "random",
              "oracle": (warm and cfg.warmup_source == "oracle") or cfg.sft_coef > 0}
@@ -228,14 +227,6 @@ def check_prior(teams: Sequence[Team], cfg: TrainConfig) -> None:
             raise MarlError(f"{task.id} has no scripted oracle (Task.oracle), which oracle "
                             "demonstrations need (sft_coef, warmup_source: oracle); train "
                             "from reward alone (sft_coef: 0, warmup_source: random or none).")
-    if cfg.warmup_source != "random" or cfg.warmup_prior != "ciphers":
-        return
-    for team in teams:
-        task = type(team.task)
-        if task.symbols is Task.symbols:
-            raise MarlError(f"warmup_prior: ciphers enciphers what an agent read symbol by "
-                            f"symbol, and {task.id}'s messages are not drawn from fixed "
-                            "alphabets (Task.symbols); use warmup_prior: habits.")
 
 
 def habit_agreement(team: Team, batch: EpisodeBatch, habits: Habits) -> dict[str, float]:

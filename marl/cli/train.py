@@ -70,7 +70,8 @@ def train(
     if cfg.answer_feedback == "full":
         out.print("answer_feedback: full: after each episode the answers are told the score "
                   "of every answer they could have given, and learn from that, not from the "
-                  "sampled reward alone (summary.json: answer_feedback full)", highlight=False)
+                  "sampled reward alone (summary.json: answer_feedback full; "
+                  "--set answer_feedback=sampled turns it off)", highlight=False)
     total = trainer.warmup_steps + cfg.iterations
     with progress_bar("train", total, trainer.step_count, transient=False) as tick:
         try:

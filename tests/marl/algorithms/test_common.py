@@ -372,17 +372,19 @@ def test_promotion_warmup_stops_each_policy_once_it_follows_its_code(monkeypatch
     assert "(1 of 5 followed it)" in warmup.carried_text(out)
 
 
-def test_cipher_habits_need_a_task_whose_messages_have_alphabets(tmp_path):
-    import pytest
+def test_cipher_habits_are_habits_where_the_task_has_no_alphabets():
+    """A dataset task's free-form answers have no alphabets to encipher: the ciphers prior
+    gives each observation the habit the habits prior would (a random answer of the
+    task's format, distinct across observations), and both learn from the same table."""
+    from marl.algorithms.warmup import Habits
 
-    from marl.errors import MarlError
-    from marl.training.trainer import Trainer
-
-    cfg = TrainConfig(warmup_prior="ciphers", warmup_steps=1)
-    with pytest.raises(MarlError, match="dataset_v0's messages are not drawn from fixed "
-                                        "alphabets.*use warmup_prior: habits"):
-        Trainer(load_team(ROOT / "scenarios" / "arith_star.yaml"), cfg, tmp_path / "run")
-    assert not (tmp_path / "run").exists()  # refused before anything was written
+    team = load_team(ROOT / "scenarios" / "arith_star.yaml")
+    agent = team.answer_agents[0]
+    seen = ["problem: 2+3", "problem: 7*8", "problem: 9-4"]
+    ciphers, habits = Habits(5, ciphers=True), Habits(5)
+    said = [ciphers.message(team, agent, o, final=True) for o in seen]
+    assert said == [habits.message(team, agent, o, final=True) for o in seen]
+    assert len(set(said)) == 3
 
 
 def test_influence_is_zero_on_the_same_input_and_grows_under_its_gradient():

@@ -440,11 +440,12 @@ def test_random_warmup_teaches_the_format_and_nothing_else(tmp_path, prior):
     success is that of its arbitrary habits: chance in expectation, not on every seed
     (the next test shows the warmed-up team does not depend on the answer key)."""
     team = load_team(ROOT / "scenarios" / "signal.yaml")
-    cfg = TrainConfig(eval_every=10**6, eval_episodes=256, iterations=1, warmup_prior=prior)
+    cfg = TrainConfig(eval_every=10**6, eval_episodes=256, iterations=1, warmup_prior=prior,
+                      warmup_steps=200)
     trainer = Trainer(team, cfg, tmp_path)
     while trainer.phase == "warmup":
         row = trainer.step()
-    assert row["warmup_step"] == cfg.warmup_steps == 200
+    assert row["warmup_step"] == 200
     assert min(row["format_valid_rate"].values()) >= 0.95
     assert min(row["eval_format_valid_rate"].values()) >= 0.95
     # chance is 1/4; 256 sampled episodes: a standard deviation is 0.027
@@ -617,11 +618,10 @@ def test_pure_rl_after_the_warmup_learns_and_the_flipped_sign_does_not(toy, tmp_
     (["credit=anchor", "baseline=loo"], "baseline must be mean or mean_std"),
     (["kl_reset_on_promotion=false"], "there is no curriculum"),
     (["promotion_warmup=10", "warmup_prior=ciphers"], "needs a curriculum"),
-    ([f"curriculum={json.dumps([{'after': 1}, {}])}", "promotion_warmup=10"],
-     "warmup_prior: ciphers"),
+    ([f"curriculum={json.dumps([{'after': 1}, {}])}", "promotion_warmup=10",
+      "warmup_prior=habits"], "warmup_prior: ciphers"),
     (["settle_at=null", "settled_eps=1e-4"], "settle_at is null"),
     (["influence_coef=0.2", "episodes_per_iter=1"], "episodes_per_iter=1 plays one"),
-    (["algorithm=ppo", "answer_feedback=full"], "answer_feedback only apply to algorithms"),
 ])
 def test_settings_the_algorithm_ignores_are_rejected(sets, message):
     with pytest.raises(ConfigError, match=message):
@@ -911,13 +911,14 @@ def lone_answerer():
                       "topology": {"kind": "chain"}, "protocol": {"answer": "a"}})
 
 
-@pytest.mark.parametrize("flip", [False, True])
+@pytest.mark.parametrize(("algorithm", "flip"),
+                         [("magrpo", False), ("magrpo", True), ("ppo", True)])
 def test_full_answer_feedback_learns_and_the_flipped_scores_do_not(tmp_path, monkeypatch,
-                                                                    flip):
+                                                                    algorithm, flip):
     """answer_feedback: full on a fixed seed: the answer learns from the scores of every
-    alternative answer, with the RL term's own advantage set to 0 so that nothing else
-    teaches it; with every alternative's score flipped (1 - score) it must learn to avoid
-    the label instead."""
+    alternative answer, with MAGRPO's own advantage set to 0 so that nothing else teaches
+    it; with every alternative's score flipped (1 - score) it must learn to avoid the
+    label instead, under PPO's critic too (the scores, not the critic, train answers)."""
     from marl.algorithms import common, magrpo
 
     monkeypatch.setattr(magrpo.MAGRPO, "advantages",
@@ -926,7 +927,8 @@ def test_full_answer_feedback_learns_and_the_flipped_scores_do_not(tmp_path, mon
         real = common.alternative_scores
         monkeypatch.setattr(common, "alternative_scores", lambda *a: 1 - real(*a))
     cfg = small(iterations=20, answer_feedback="full", episodes_per_iter=16, warmup_steps=60,
-                warmup_episodes=16, eval_every=20, eval_episodes=64, lr=3e-3)
+                warmup_episodes=16, eval_every=20, eval_episodes=64, lr=3e-3,
+                algorithm=algorithm)
     trainer = Trainer(lone_answerer(), cfg, tmp_path)
     trainer.train()
     rl = [r for r in trainer.rows if r["phase"] == "rl"]
