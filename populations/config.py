@@ -86,7 +86,7 @@ class PBTConfig(BaseModel):
     scheduler: Literal["pbt", "fixed"] = Field(
         "pbt", description="pbt: exploit and explore; fixed: the same members (same seeds and "
         "initial settings) trained side by side without either, the baseline PBT must beat.")
-    budget_steps: int = Field(600, ge=1, description="Trainer steps per member (warm-up "
+    budget_steps: int = Field(1000, ge=1, description="Trainer steps per member (warm-up "
                               "steps and RL iterations), counted by the trainer, so a clone "
                               "continues its donor's count.")
     perturbation_interval: int = Field(
@@ -135,6 +135,11 @@ class PBTConfig(BaseModel):
         if self.objective == "success_at_cost" and self.cost_cap_usd is None:
             raise ValueError("objective success_at_cost needs cost_cap_usd (USD per episode)")
         _check_train(self.train, "per member (seed + k, budget_steps)")
+        warm = TrainConfig.model_validate(self.train).warmup
+        if self.budget_steps <= warm:
+            raise ValueError(f"budget_steps={self.budget_steps} leaves no RL iterations after "
+                             f"the members' {warm} warm-up steps; raise budget_steps above "
+                             f"{warm} or set a shorter train.warmup_steps.")
         return self
 
     def member_config(self, index: int) -> TrainConfig:

@@ -29,14 +29,17 @@ def support_kind(cfg: TrainConfig) -> Literal["all", "answers"] | None:
 
 
 def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
-                    log: Callable[[str], None]) -> None:
+                    log: Callable[[str], None]) -> set[str]:
     """Before training: ``signal_entropy`` needs every call's alphabet as tokens (an error
     naming the fix otherwise); ``answer_floor`` and ``answer_feedback: full`` skip answers
-    without one (``log`` says so, once per agent). ``teams``: the run's curriculum stages."""
+    without one (``log`` says so, once per agent). ``teams``: the run's curriculum stages.
+    Returns the trained answer agents whose answers have their alphabet as tokens in some
+    stage: those the answer terms reach."""
     kind = support_kind(cfg)
     if kind is None:
-        return
+        return set()
     skipped: dict[str, str] = {}
+    reached: set[str] = set()
     for t, stage in itertools.product(ts, teams):
         for agent in t.agents:
             for final in {stage.is_final_call(agent, r) for r in range(stage.rounds)}:
@@ -50,11 +53,15 @@ def check_alphabets(ts: list[Trainable], teams: list[Team], cfg: TrainConfig,
                             "signal_entropy needs every symbol of every message as one "
                             f"token, but {e}; set signal_entropy: 0.") from None
                     skipped.setdefault(agent, str(e))
+                    continue
+                if final:
+                    reached.add(agent)
     terms = [t for t, on in (("answer_floor", cfg.answer_floor > 0),
                              ("answer_feedback: full", cfg.answer_feedback == "full")) if on]
     for agent, why in skipped.items():
         log(f"{' and '.join(terms)} {'do' if len(terms) > 1 else 'does'} not apply to "
             f"{agent}'s answers: {why}.")
+    return reached
 
 
 def symbol_ids(t: Trainable, team: Team, agent: str, final: bool) -> list[list[int]]:

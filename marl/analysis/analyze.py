@@ -236,8 +236,8 @@ def run_numbers(run: Run, points: int = 20) -> dict[str, Any]:
         out["curve"] = learning_curve(run.rows)
         out["uses_oracle"] = summary.get("uses_oracle", (run.config or {}).get(
             "sft_coef", 0) not in (0, 0.0, None))
-        out["answer_feedback"] = summary.get("answer_feedback", (run.config or {}).get(
-            "answer_feedback", "sampled"))
+        out["answer_feedback"] = summary.get("answer_feedback", "full" if any(
+            r.get("full_feedback") for r in run.rows) else "sampled")
         out["algorithm"] = summary.get("algorithm", (run.config or {}).get("algorithm"))
         out["tokens_are"] = summary.get("tokens_are", "tokens")
         curve = out["curve"]

@@ -67,7 +67,7 @@ def train(
         used += ["the oracle's messages in the warm-up"] if cfg.warmup_source == "oracle" else []
         out.print(f"uses the task oracle ({'; '.join(used)}): what this run learns is "
                   "imitation, not discovery (summary.json: uses_oracle true)", highlight=False)
-    if cfg.answer_feedback == "full":
+    if trainer.answers_told:
         out.print("answer_feedback: full: after each episode the answers are told the score "
                   "of every answer they could have given, and learn from that, not from the "
                   "sampled reward alone (summary.json: answer_feedback full; "

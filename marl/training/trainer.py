@@ -92,7 +92,10 @@ class Trainer(Checkpoints):
         if not self.learner.trainables:
             raise MarlError(f"{team.name} has no trainable policy: give at least one policy "
                             "a model backend (tiny, hf or vllm) in the scenario.")
-        check_alphabets(self.learner.trainables, self.teams, cfg, self.log)
+        reached = check_alphabets(self.learner.trainables, self.teams, cfg, self.log)
+        #: answers are told the score of every alternative (answer_feedback: full, where
+        #: an answer agent has an alphabet)
+        self.answers_told = cfg.answer_feedback == "full" and bool(reached)
         # the policies in the order they learn, with turns (refused here, before any write)
         self.turns = turn_order(self.learner.trainables, cfg) if cfg.turns else []
         if all(t.policy.model.device.type == "cpu" for t in self.learner.trainables):
@@ -360,7 +363,8 @@ class Trainer(Checkpoints):
         if self.rows and self.rows[-1]["step"] != self._saved_step:
             self._checkpoint()
         summary = {"scenario": self.teams[0].name, "algorithm": cfg.algorithm,
-                   "uses_oracle": cfg.uses_oracle, "answer_feedback": cfg.answer_feedback,
+                   "uses_oracle": cfg.uses_oracle,
+                   "answer_feedback": "full" if self.answers_told else "sampled",
                    "warmup_steps": self.warmed,
                    "iterations": self.iteration, "wall_s": self.wall,
                    "stage": stage_name(cfg.curriculum, self.stage), "best": self.best,

@@ -34,6 +34,7 @@ SMALL = {"members": 2, "budget_steps": 12, "perturbation_interval": 2, "quantile
     ({"objective": "success_at_cost"}, ["cost_cap_usd"]),
     ({"train": {"lr": -1}}, ["train.lr", "greater than 0"]),
     ({"train": {"seed": 3}}, ["train", "seed", "seed + k"]),
+    ({"budget_steps": 400}, ["budget_steps=400", "600 warm-up steps", "train.warmup_steps"]),
 ])
 def test_bad_population_configs_name_the_key(tmp_path, data, names):
     path = tmp_path / "pbt.yaml"

@@ -578,11 +578,15 @@ def test_bad_curricula_are_rejected_with_the_stage_named(curriculum, message, tm
 
 
 def flipped(monkeypatch):
-    """Negate every advantage MAGRPO computes (the sign-flip control)."""
+    """Negate every advantage MAGRPO computes and every score of an alternative answer
+    (answer_feedback: full): the sign-flip control, the whole reward signal reversed."""
+    from marl.algorithms import common
     from marl.algorithms.magrpo import MAGRPO
 
     real = MAGRPO.advantages
     monkeypatch.setattr(MAGRPO, "advantages", lambda self, batch, seed: -real(self, batch, seed))
+    scores = common.alternative_scores
+    monkeypatch.setattr(common, "alternative_scores", lambda *a: -scores(*a))
 
 
 @pytest.mark.parametrize("flip", [False, True])
@@ -674,7 +678,9 @@ def test_signal_from_reward_alone_leaves_chance_and_the_flipped_sign_does_not(
              if r["phase"] == "rl" and "eval_success_rate" in r]
     warm = next(r for r in trainer.rows if r["phase"] == "warmup" and "eval_success_rate" in r
                 and r["warmup_step"] == cfg.warmup_steps)
-    assert warm["eval_success_rate"] < 0.4  # at chance when RL starts
+    # at chance when RL starts: arbitrary habits coincide on 2 of the 4 objects on a
+    # quarter of seeds (this one), on 3 or more on 1 in 20
+    assert warm["eval_success_rate"] < 0.6
     if flip:
         assert max(evals) < 0.4
     else:
@@ -758,8 +764,8 @@ def test_signal_entropy_needs_a_task_that_names_its_alphabets(toy, tmp_path):
 
 def test_answer_floor_skips_answers_without_an_alphabet_and_says_so(toy, tmp_path):
     said = []
-    trainer = Trainer(toy, small(answer_floor=0.1, iterations=2), tmp_path / "run",
-                      log=said.append)
+    trainer = Trainer(toy, small(answer_floor=0.1, answer_feedback="sampled", iterations=2),
+                      tmp_path / "run", log=said.append)
     assert said == ["answer_floor does not apply to a's answers: task say_digit_v0 names no "
                     "alphabet for a's answers (Task.symbols returns None)."]
     rows = [trainer.step() for _ in range(2)]
@@ -769,6 +775,10 @@ def test_answer_floor_skips_answers_without_an_alphabet_and_says_so(toy, tmp_pat
                       tmp_path / "full", log=said.append)
     assert said[0].startswith("answer_floor and answer_feedback: full do not apply to a's")
     assert trainer.step()["full_feedback"] == 0.0
+    assert not trainer.answers_told  # so the summary and marl analyze do not say they were
+    trainer.train()
+    assert json.loads((tmp_path / "full" / "summary.json").read_text())["answer_feedback"] \
+        == "sampled"
 
 
 @pytest.mark.parametrize("baseline", ["mean", "mean_std"])
