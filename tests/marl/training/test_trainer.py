@@ -665,9 +665,10 @@ def test_rollouts_made_inside_an_update_are_counted(tmp_path):
 @pytest.mark.parametrize("flip", [False, True])
 def test_signal_from_reward_alone_leaves_chance_and_the_flipped_sign_does_not(
         tmp_path, monkeypatch, flip):
-    """The main job's defaults (warm-up with habits, then MAGRPO with no oracle term) on a
+    """The main job's defaults (the warm-up, whose ciphers are habits per object here,
+    then MAGRPO with answers told the score of every alternative and no oracle term) on a
     fixed seed: the listener learns to read the speaker's messages from the team reward,
-    far above chance (1/4); with the advantage's sign flipped it does not."""
+    far above chance (1/4); with the reward's sign flipped it does not."""
     if flip:
         flipped(monkeypatch)
     team = load_team(ROOT / "scenarios" / "signal.yaml")
