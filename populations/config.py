@@ -15,14 +15,14 @@ from marl.scenario import problems_from
 from marl.training.trainer import MUTABLE
 
 
-def _check_train(train: dict[str, Any], set_where: str) -> None:
+def _check_train(train: dict[str, Any], set_where: str) -> TrainConfig:
     """``train`` must be valid TrainConfig overrides without the two keys a population sets
-    itself."""
+    itself; returns the config they give."""
     fixed = sorted({"seed", "iterations"} & set(train))
     if fixed:
         raise ValueError(f"train: {', '.join(fixed)} are set {set_where}; remove them")
     try:
-        TrainConfig.model_validate(train)
+        return TrainConfig.model_validate(train)
     except ValidationError as exc:
         found = "; ".join(f"train.{p.path}: {p.message}" for p in problems_from(exc, TrainConfig))
         raise ValueError(found) from None
@@ -134,8 +134,7 @@ class PBTConfig(BaseModel):
                                  "[{kind: star, hub: lead}, {kind: chain}]")
         if self.objective == "success_at_cost" and self.cost_cap_usd is None:
             raise ValueError("objective success_at_cost needs cost_cap_usd (USD per episode)")
-        _check_train(self.train, "per member (seed + k, budget_steps)")
-        warm = TrainConfig.model_validate(self.train).warmup
+        warm = _check_train(self.train, "per member (seed + k, budget_steps)").warmup
         if self.budget_steps <= warm:
             raise ValueError(f"budget_steps={self.budget_steps} leaves no RL iterations after "
                              f"the members' {warm} warm-up steps; raise budget_steps above "
@@ -145,8 +144,7 @@ class PBTConfig(BaseModel):
     def member_config(self, index: int) -> TrainConfig:
         """Member ``index``'s training config: ``train``, its own seed, and RL iterations
         that fill the budget after the warm-up."""
-        base = TrainConfig.model_validate(self.train)
-        iterations = max(self.budget_steps - base.warmup, 1)
+        iterations = self.budget_steps - TrainConfig.model_validate(self.train).warmup
         return TrainConfig.model_validate({**self.train, "seed": self.seed + index,
                                            "iterations": iterations})
 
