@@ -249,8 +249,8 @@ def aggregate(x: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
 
 
 def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = False,
-               kl: bool = False, support: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, ...]:
+               kl: bool = False, support: torch.Tensor | None = None,
+               lump_support: bool | torch.Tensor = False) -> tuple[torch.Tensor, ...]:
     """:meth:`LMPolicy.score` with every distinct (prompt, completion) pair run once.
 
     A group's G rollouts share their first prompts, their demonstrations are equal, and a
@@ -267,8 +267,11 @@ def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = F
         for row, u in enumerate(index):
             first.setdefault(u, row)
         support = support[list(first.values())]
+        if torch.is_tensor(lump_support):
+            lump_support = lump_support[list(first.values())]
     out = t.policy.score([p for p, _ in unique], [list(c) for _, c in unique], entropy=entropy,
-                         reference=t.reference if kl else None, support=support)
+                         reference=t.reference if kl else None, support=support,
+                         lump_support=lump_support)
     rows = torch.tensor(index, device=out[0].device)
     return tuple(x.index_select(0, rows) for x in out)
 
@@ -283,7 +286,8 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
     log-prob ``(S, L, A)`` of each symbol of each token's alphabet, when ``s`` has a
     support)."""
     lp, mask, ent, *rest = scored or score_rows(t, s.prompts, s.completions, entropy=True,
-                                                kl=t.reference is not None, support=s.support)
+                                                kl=t.reference is not None, support=s.support,
+                                                lump_support=kl_lumping(cfg, s.answer))
     kl_tok = rest[:1] if t.reference is not None else []
     width = lp.shape[1]
     old = s.old_logprobs[:, :width].to(lp.device)
@@ -353,6 +357,13 @@ def influence(t: Trainable, s: Samples, cfg: TrainConfig) -> torch.Tensor:
     _, _, other = score_rows(t, s.counter[:n], comps, support=every)
     tv = 0.5 * (real.exp() - other.exp()).abs().sum(-1)
     return aggregate(tv, mask, "token")
+
+
+def kl_lumping(cfg: TrainConfig, answer: torch.Tensor | None) -> bool | torch.Tensor:
+    """The rows whose KL counts each position's alphabet as one outcome: the answers, where
+    ``answer_feedback: full`` tells them which symbol scores (``answer``: the rows' answer
+    mask); none otherwise."""
+    return answer if cfg.answer_feedback == "full" and answer is not None else False
 
 
 def regularized(s: Samples, mask: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
@@ -463,8 +474,11 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
     if s.support is not None:
         support = torch.cat([s.support[gen_rows],
                              s.support.new_full((len(demo_rows), *s.support.shape[1:]), -1)])
+    lump = kl_lumping(cfg, s.answer)
+    if torch.is_tensor(lump):
+        lump = torch.cat([lump[gen_rows], lump.new_zeros(len(demo_rows))])
     scored = score_rows(t, prompts, targets, entropy=True, kl=t.reference is not None,
-                        support=support)
+                        support=support, lump_support=lump)
     lp, mask = scored[:2]
     g = len(gen_rows)
     if gen_rows:

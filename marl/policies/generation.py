@@ -249,7 +249,8 @@ def completion_text(tokens: Sequence[int], decode: Callable[[list[int]], str],
 def score(model: CausalLM, prompts: Sequence[Sequence[int]],
           completions: Sequence[Sequence[int]], *, pad_id: int, temperature: float = 1.0,
           entropy: bool = False, reference: CausalLM | None = None,
-          support: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+          support: torch.Tensor | None = None, lump_support: bool | torch.Tensor = False
+          ) -> tuple[torch.Tensor, ...]:
     """Log-probs of given completions under the current parameters (differentiable).
 
     Returns ``logprobs, mask: (B, L)`` aligned with the completions (left-aligned, padded
@@ -259,7 +260,9 @@ def score(model: CausalLM, prompts: Sequence[Sequence[int]],
     ``(B, L)`` (differentiable in π; the reference runs without gradients), plus, given
     ``support`` ``(B, L', A)`` (token ids, -1 for none; positions past ``L'`` have none),
     the log-prob ``(B, L, A)`` of each position's support tokens (0 where there is none).
-    Uses the same temperature convention as :func:`generate`.
+    With ``lump_support`` (``True``, or a ``(B,)`` mask of the rows), the KL counts each
+    position's support tokens as one outcome (:func:`lumped_kl`). Uses the same
+    temperature convention as :func:`generate`.
 
     Rows that repeat a prompt share its forward pass: the distinct prompts run once (a
     stem they all share, once, when that pays), and every completion continues from its
@@ -277,7 +280,12 @@ def score(model: CausalLM, prompts: Sequence[Sequence[int]],
     if reference is not None:
         with torch.no_grad():
             ref, _ = _log_dist(reference, prompts, completions, pad_id, temperature, groups)
-        kl = (logall.exp() * (logall - ref)).sum(-1)
+        if support is not None and (lump_support is True or torch.is_tensor(lump_support)):
+            rows = torch.ones(len(support), dtype=torch.bool) if lump_support is True \
+                else lump_support.bool()
+            kl = lumped_kl(logall, ref, support.masked_fill(~rows.cpu()[:, None, None], -1))
+        else:
+            kl = (logall.exp() * (logall - ref)).sum(-1)
         result.append(kl.masked_fill(~out_mask, 0.0))
     if support is not None:
         result.append(support_logprobs(logall, support).masked_fill(~out_mask[..., None], 0.0))
@@ -293,11 +301,43 @@ def support_logprobs(logall: torch.Tensor, support: torch.Tensor) -> torch.Tenso
     tensor([[[0.5000, 0.2500],
              [0.8000, 1.0000]]])
     """
+    ids = _support_ids(support, logall)
+    return logall.gather(-1, ids.clamp(min=0)).masked_fill(ids < 0, 0.0)
+
+
+def lumped_kl(logp: torch.Tensor, logq: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """Per-position ``KL(p || q)`` ``(B, L)`` of log-distributions ``(B, L, V)`` with each
+    position's ``support (B, L', A)`` tokens (-1 pads) counted as one outcome: the KL of
+    the format (how much mass the alphabet gets, and how the rest is spread), blind to
+    which symbol is chosen. Positions without support get the whole distribution's KL.
+
+    >>> p = torch.log(torch.tensor([[[0.7, 0.1, 0.2]]]))
+    >>> q = torch.log(torch.tensor([[[0.1, 0.7, 0.2]]]))
+    >>> lumped_kl(p, q, torch.tensor([[[0, 1]]]))  # both give 0.8 to the alphabet {0, 1}
+    tensor([[0.]])
+    >>> torch.allclose(lumped_kl(p, q, torch.tensor([[[-1, -1]]])), (p.exp() * (p - q)).sum(-1))
+    True
+    """
+    ids = _support_ids(support, logp)
+    inside = torch.zeros(logp.shape, dtype=torch.int32, device=logp.device).scatter_add_(
+        -1, ids.clamp(min=0), (ids >= 0).int()) > 0
+    has = inside.any(-1, keepdim=True)
+    outside = (logp.exp() * (logp - logq)).masked_fill(inside, 0.0).sum(-1)
+
+    def mass(logd: torch.Tensor) -> torch.Tensor:  # log of the support's mass (0 where none)
+        return torch.where(has, logd.masked_fill(~inside, float("-inf")), 0.0).logsumexp(-1)
+
+    lp, lq = mass(logp), mass(logq)
+    return outside + torch.where(has[..., 0], lp.exp() * (lp - lq), 0.0)
+
+
+def _support_ids(support: torch.Tensor, logall: torch.Tensor) -> torch.Tensor:
+    """``support (B, L', A)`` cut or padded (-1) to ``logall``'s ``L`` positions."""
     b, n, _ = logall.shape
     ids = support[:, :n].to(logall.device)
     if ids.shape[1] < n:
         ids = torch.cat([ids, ids.new_full((b, n - ids.shape[1], ids.shape[2]), -1)], 1)
-    return logall.gather(-1, ids.clamp(min=0)).masked_fill(ids < 0, 0.0)
+    return ids
 
 
 def _log_dist(model: CausalLM, prompts: Sequence[Sequence[int]],

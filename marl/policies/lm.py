@@ -115,14 +115,16 @@ class LMPolicy(Policy):
 
     def score(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
               entropy: bool = False, reference: CausalLM | None = None,
-              support: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+              support: torch.Tensor | None = None, lump_support: bool | torch.Tensor = False
+              ) -> tuple[torch.Tensor, ...]:
         """Log-probs ``(B, L)`` and mask of ``completions`` after ``prompts`` (with grad),
-        plus per-token entropies when ``entropy``, KL to ``reference`` and the log-probs of
-        ``support`` tokens when given (see
+        plus per-token entropies when ``entropy``, KL to ``reference`` (``lump_support``:
+        with each position's support as one outcome, in every row or the masked ones) and
+        the log-probs of ``support`` tokens when given (see
         :func:`marl.policies.generation.score`)."""
         return score(self.model, prompts, completions, pad_id=self.tokenizer.pad_id,
                      temperature=self.sampling.temperature, entropy=entropy,
-                     reference=reference, support=support)
+                     reference=reference, support=support, lump_support=lump_support)
 
     def save(self, path: Path) -> Path:
         """Write the weights where ``--checkpoint`` / ``path:`` can load them."""

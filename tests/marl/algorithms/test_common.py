@@ -191,6 +191,38 @@ def test_samples_carry_each_calls_alphabet_as_token_ids():
     assert signal_samples(support=None)[1]["listener"].support is None
 
 
+def test_told_answers_are_held_to_their_format_not_to_their_symbol():
+    """answer_feedback: full tells an answer which symbol scores, so its KL term counts the
+    alphabet as one outcome: a reference that differs from the policy only in which digit
+    it favours costs the answer nothing, in both scoring paths. Learnt from the sampled
+    reward, the same answer keeps the whole KL."""
+    import copy
+    import dataclasses
+
+    from marl.algorithms.common import _minibatch_loss, pg_terms
+
+    ts, s = signal_samples(support="answers")
+    listener, rows = ts["listener"], s["listener"]
+    rows = dataclasses.replace(  # each answer's first token: the one with an alphabet
+        rows, completions=[c[:1] for c in rows.completions],
+        old_logprobs=rows.old_logprobs[:, :1], mask=rows.mask[:, :1])
+    digits = rows.support[0, 0]
+    reference = copy.deepcopy(listener.policy.model)
+    with torch.no_grad():  # the reference favours the digits the other way round
+        head = reference.model.head.weight
+        head[digits] = head[digits.flip(0)]
+    listener.reference = reference
+    every = list(range(len(rows.prompts)))
+    for feedback in ("full", "sampled"):
+        cfg = TrainConfig(answer_feedback=feedback)
+        kls = [pg_terms(listener, rows, cfg)[1]["kl"],
+               _minibatch_loss(listener, rows, every, cfg, 0.0)[1]["kl"]]
+        if feedback == "full":
+            assert kls == pytest.approx([0.0, 0.0], abs=1e-6)
+        else:
+            assert min(kls) > 1e-3
+
+
 def test_pg_loss_is_the_policy_gradient_term_and_loss_the_total():
     team = load_team(ROOT / "scenarios" / "signal.yaml")
     policies = build_policies(team, seed=0)
@@ -256,7 +288,8 @@ def test_cipher_habits_encipher_what_was_read_letter_by_letter():
 def test_what_an_agent_read_is_the_first_field_that_fits_its_output():
     """Through the task contract alone (Task.symbols and the observation's layout): on a
     relay the fact an agent knows, else the first fact it heard (its oracle's reading);
-    on a vote every agent's own label, answerer included; nothing where no field fits."""
+    on a vote every agent's own label, answerer included; the first symbols of a longer
+    field made of the output's symbols; nothing where no field fits."""
     from marl.algorithms.warmup import read_symbols
 
     team = load_team(ROOT / "scenarios" / "relay_chain.yaml")
@@ -274,9 +307,13 @@ def test_what_an_agent_read_is_the_first_field_that_fits_its_output():
             final = vote.is_final_call(call["agent"], call["round"])
             label = seen.split("label: ")[1][0]
             assert read_symbols(vote, call["agent"], seen, final) == label
+    # a speaker sending one letter about a three-letter word reads the word's first letter;
     # a listener's candidates (``0=bcq``) and the letter it heard are not an index
     signal = load_team(ROOT / "benchmarks" / "generality" / "signal_5_pick.yaml")
-    seen = collect(signal, build_policies(signal, "random"), 1, seed=1).observations[0][1]
+    speaker, seen = collect(signal, build_policies(signal, "random"), 1,
+                            seed=1).observations[0]
+    word = speaker.split("target: ")[1][:3]
+    assert len(word) == 3 and read_symbols(signal, "speaker", speaker, False) == word[0]
     assert seen.startswith("you are listener")
     assert read_symbols(signal, "listener", seen, True) is None
 

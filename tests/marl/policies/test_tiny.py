@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from marl.errors import MarlError
+from marl.policies import generation
 from marl.policies.base import Request
 from marl.policies.generation import Sampling, completion_text, generate, left_pad, score
 from marl.policies.lm import LMPolicy
@@ -146,3 +147,49 @@ def test_lm_policy_completions_and_training_signal(lm):
     assert all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads)
     greedy = [c.text for c in policy.generate(reqs, greedy=True)]
     assert greedy == [c.text for c in policy.generate(reqs, greedy=True)]
+
+
+def test_lumped_kl_is_blind_to_which_symbol_but_not_to_the_format():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 12, requires_grad=True)
+    support = torch.tensor([[[1, 4, 7], [2, 3, -1], [-1, -1, -1]]] * 2)
+    logq = torch.log_softmax(logits.detach(), -1)
+    # the reference: the policy with its first two positions' symbols shuffled
+    shuffled = logits.detach().clone()
+    shuffled[:, 0, [1, 4, 7]] = shuffled[:, 0, [7, 1, 4]]
+    shuffled[:, 1, [2, 3]] = shuffled[:, 1, [3, 2]]
+    logr = torch.log_softmax(shuffled, -1)
+    logp = torch.log_softmax(logits, -1)
+    lumped = generation.lumped_kl(logp, logr, support)
+    full = (logp.exp() * (logp - logr)).sum(-1)
+    assert torch.allclose(lumped, torch.zeros_like(lumped), atol=1e-6) and (full[:, :2] > 0).all()
+    lumped.sum().backward()
+    assert logits.grad.abs().max() < 1e-6  # no pull back to the reference's symbols
+    # a move of mass off the alphabet is anchored as the whole KL would anchor it
+    off = logits.detach().clone()
+    off[:, :, [1, 4, 7, 2, 3]] -= 2.0
+    logo = torch.log_softmax(off, -1)
+    assert (generation.lumped_kl(logo, logq, support)[:, :2] > 0.05).all()
+    lumped_third = generation.lumped_kl(logo, logq, support)[:, 2]
+    assert torch.allclose(lumped_third, (logo.exp() * (logo - logq)).sum(-1)[:, 2])
+
+
+def test_score_lumps_the_kl_over_the_support_only_when_asked(lm):
+    torch.manual_seed(1)
+    reference = TinyCausalLM(TinyLM(TinyConfig()))
+    ps = prompts()
+    comps = [TOK.encode("12"), TOK.encode("a"), TOK.encode("9x")]
+    digits = [TOK.encode(c)[0] for c in "0123456789"]
+    support = torch.tensor([[digits, [-1] * 10]] * 3)  # the first token is a digit
+    with torch.no_grad():
+        _, mask, full = score(lm, ps, comps, pad_id=TOK.pad_id, reference=reference,
+                              support=support)[:3]
+        _, _, lumped = score(lm, ps, comps, pad_id=TOK.pad_id, reference=reference,
+                             support=support, lump_support=True)[:3]
+    assert (lumped[:, 0] < full[:, 0]).all()  # data processing: a coarser KL is smaller
+    assert torch.equal(lumped[:, 1:], full[:, 1:])  # no support there: the whole KL
+    with torch.no_grad():  # kl_scope: answers lumps the masked rows only
+        rows = torch.tensor([True, False, True])
+        some = score(lm, ps, comps, pad_id=TOK.pad_id, reference=reference, support=support,
+                     lump_support=rows)[2]
+    assert torch.equal(some[rows], lumped[rows]) and torch.equal(some[~rows], full[~rows])
