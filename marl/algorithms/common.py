@@ -20,7 +20,9 @@ answer is given at least that often, as in a solved team whose targets are unifo
 
 With ``answer_feedback: full`` the term L_pg of an answer token whose alternatives were
 scored is instead −log Σ_{s in S_t} π̃_t(s)·(R(s) − min R), R(s) the team's score had the
-answer said s there and π̃_t the policy renormalised over S_t (:mod:`marl.algorithms.feedback`).
+answer said s there and π̃_t the policy renormalised over S_t (:mod:`marl.algorithms.feedback`),
+and the KL at an answer token with an alphabet counts S_t as one outcome: the mass the
+alphabet gets and how the rest is spread, blind to which symbol (the scores say which).
 
 With one epoch the ratio is 1 and this is MAGRPO's REINFORCE gradient −A·∇log π. ``agg`` is
 the token mean (``token``) or the mean of per-sequence means (``sequence``). L_SFT is the

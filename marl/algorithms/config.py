@@ -117,9 +117,10 @@ class TrainConfig(BaseModel):
     answer_feedback: Literal["sampled", "full"] = Field(
         "full", description="full: an answer is told the team's score of every answer it "
         "could have given (Task.symbols; scored by the task, never the oracle) and maximises "
-        "the log of its expected score over them, as referential games train receivers; "
-        "answers without alphabets learn from the sampled reward. sampled: from the reward "
-        "of the answer given alone.")
+        "the log of its expected score over them, as referential games train receivers, "
+        "and its KL term counts the alphabet as one outcome (it keeps the format, the scores "
+        "say which symbol); answers without alphabets learn from the sampled reward. sampled: "
+        "from the reward of the answer given alone.")
     answer_floor: float = Field(
         0.1, ge=0, lt=1, description="Lifts any answer symbol given, averaged over the batch's "
         "answers, less than this fraction of its share 1/|alphabet| (Task.symbols). 0: off.")

@@ -152,9 +152,8 @@ class Habits:
 def read_symbols(team: Team, agent: str, observation: str, final: bool) -> str | None:
     """What ``agent``'s message (or, when ``final``, answer) is *about*, one symbol per
     position: the first field of ``observation`` that fits the output's alphabets
-    (:meth:`Task.symbols`: a symbol of each position's alphabet in turn; a longer field
-    made only of the alphabets' symbols gives its first ones, as an abbreviation), among
-    the words of the agent's private text, then the messages it heard, in order. ``None``
+    (:meth:`Task.symbols`: as many symbols, each from its position's alphabet), among the
+    words of the agent's private text, then the messages it heard, in order. ``None``
     where none fits (or the task's outputs have no fixed alphabets). Any task with
     alphabets has it, through its observations alone; what it should become is never
     read."""
@@ -163,10 +162,8 @@ def read_symbols(team: Team, agent: str, observation: str, final: bool) -> str |
         return None
     fields = private_text(observation).split() + [
         text for _, text in inbox_messages(observation, team.ids)]
-    n, every = len(alphabets), set().union(*alphabets)
-    return next((f[:n] for f in fields if len(f) >= n and all(
-        c in alphabet for c, alphabet in zip(f, alphabets, strict=False))
-        and set(f[n:]) <= every), None)
+    return next((f for f in fields if len(f) == len(alphabets) and all(
+        c in alphabet for c, alphabet in zip(f, alphabets, strict=True))), None)
 
 
 def code_key(agent: str, final: bool, alphabet: str) -> str:
