@@ -11,11 +11,11 @@ maximises the log of its expected score over the alternatives (:func:`answer_los
 where one answer scores, that is the cross-entropy of the answer that scores, which is how
 referential games train their receivers (EGG, FIELD-NOTES), while what the team says to
 the answerer is still learnt from the sampled team reward. The KL term then holds such an
-answer to its format only (:func:`marl.policies.generation.lumped_kl`): the anchor to the
+answer to its format only (:func:`marl.policies.generation.lumped_kl`): an anchor to the
 warm-up's symbols would pull against the scores wherever the right answer scores only a
-little above the rest (noisy labels). It reads the task's score,
-never the oracle, but it tells the answerer which answer was right, a stronger signal than
-the reward of the episode played, so figures that use it say so.
+little above the rest (noisy labels). It reads the task's score, never the oracle, but it
+tells the answerer which answer was right, a stronger signal than the reward of the
+episode played, so figures that use it say so.
 """
 
 from __future__ import annotations
