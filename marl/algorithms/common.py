@@ -47,7 +47,7 @@ from marl.algorithms.alphabets import (
     support_kind,
 )
 from marl.algorithms.config import TrainConfig
-from marl.algorithms.feedback import alternative_scores, answer_loss
+from marl.algorithms.feedback import alternative_scores, answer_loss, kl_lumping
 from marl.cost.ledger import Ledger, LedgerRow
 from marl.errors import MarlError
 from marl.policies.lm import LMPolicy
@@ -359,13 +359,6 @@ def influence(t: Trainable, s: Samples, cfg: TrainConfig) -> torch.Tensor:
     _, _, other = score_rows(t, s.counter[:n], comps, support=every)
     tv = 0.5 * (real.exp() - other.exp()).abs().sum(-1)
     return aggregate(tv, mask, "token")
-
-
-def kl_lumping(cfg: TrainConfig, answer: torch.Tensor | None) -> bool | torch.Tensor:
-    """The rows whose KL counts each position's alphabet as one outcome: the answers, where
-    ``answer_feedback: full`` tells them which symbol scores (``answer``: the rows' answer
-    mask); none otherwise."""
-    return answer if cfg.answer_feedback == "full" and answer is not None else False
 
 
 def regularized(s: Samples, mask: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:

@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from marl.algorithms.config import TrainConfig
 from marl.rollout import EpisodeBatch
 from marl.team import Team
 
@@ -140,3 +141,10 @@ def answer_loss(symbols: torch.Tensor, ids: torch.Tensor,
     log_gain = gain.masked_fill(~scoring, 1.0).log().masked_fill(~scoring, -1e4)
     loss = -torch.logsumexp(logp + log_gain, -1).masked_fill(~where, 0.0)
     return loss, where
+
+
+def kl_lumping(cfg: TrainConfig, answer: torch.Tensor | None) -> bool | torch.Tensor:
+    """The rows whose KL counts each position's alphabet as one outcome: the answers, where
+    ``answer_feedback: full`` tells them which symbol scores (``answer``: the rows' answer
+    mask); none otherwise."""
+    return answer if cfg.answer_feedback == "full" and answer is not None else False
