@@ -73,6 +73,13 @@ class TrainConfig(BaseModel):
         default_factory=list, description="turns: policy names in the order they take turns "
         "(each trainable policy once); empty: the scenario's policies from last to first.")
     lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
+    lr_patience: int | None = Field(
+        10, ge=1, description="After this many evaluations in a row without a new best eval "
+        "success in the curriculum stage, every learning rate is multiplied by lr_decay "
+        "(ReduceLROnPlateau's rule: a schedule driven by measured progress). None: constant.")
+    lr_decay: float = Field(0.5, gt=0, lt=1, description="lr_patience: the factor.")
+    lr_floor: float = Field(0.1, gt=0, le=1, description="lr_patience: the lowest learning "
+                            "rate, as a fraction of lr.")
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon while a team learns.")
     adam_beta2: float = Field(0.999, gt=0, lt=1, description="Adam's second-moment decay.")
     settle_at: float | None = Field(

@@ -35,8 +35,8 @@ class Checkpoints:
     def save(self, path: Path) -> Path:
         """Write a checkpoint to the directory ``path`` (atomically): every trainable
         policy's weights (loadable by ``marl run --checkpoint``), the optimizers, the
-        counters, the KL reference (and when it was set) and the settings changed by
-        :meth:`set`."""
+        counters, the KL reference (and when it was set), the learning rate's schedule and
+        the settings changed by :meth:`set`."""
         def write(tmp: Path) -> None:
             for t in self.learner.trainables:
                 t.policy.save(tmp / t.name)
@@ -47,7 +47,8 @@ class Checkpoints:
                         "wall": self._now(), "settings": self.changed,
                         "reference": reference_weights(self.learner.trainables),
                         "reference_at": self.reference_at,
-                        "settled": self.settled}, tmp / "state.pt")
+                        "settled": self.settled,
+                        "plateau": self.plateau.state_dict()}, tmp / "state.pt")
 
         try:
             final = atomic_dir(path, write)
@@ -94,6 +95,8 @@ class Checkpoints:
         self.stage, self.stage_start = state["stage"], state["stage_start"]
         self.reference_at = state.get("reference_at", 0)
         self.settled = state.get("settled", False)  # its eps came back with the optimizers
+        if "plateau" in state:  # its lr came back with the optimizers
+            self.plateau.load_state_dict(state["plateau"])
         self.habits = warmup.Habits(self.cfg.seed, state["habits"],
                              ciphers=self.cfg.warmup_prior == "ciphers")
         self.changed = {}

@@ -6,7 +6,9 @@ the task's random policy, see :mod:`marl.algorithms.warmup`) teaches the form of
 message; then *RL* runs ``iterations`` iterations of the chosen algorithm. A curriculum
 moves the team through stages of task / scenario overrides during RL. A team that
 evaluates at ``settle_at`` or better is *settled*: its optimizers take smaller steps on
-small gradients from then on (``settled_eps``), until the next stage.
+small gradients from then on (``settled_eps``), until the next stage. Evaluations without
+a new best lower the learning rate (``lr_patience``, :mod:`marl.training.plateau`); a new
+stage restores it.
 
 Run directory::
 
@@ -22,7 +24,7 @@ Run directory::
 
 Every row carries ``phase`` (``warmup`` or ``rl``), ``step`` (warm-up steps and
 iterations so far), ``iteration`` (RL iterations so far) and ``stage``; RL rows also
-``settled``. Files are written atomically and rows appended whole, so a killed run loses
+``settled`` and ``lr``. Files are written atomically and rows appended whole, so a killed run loses
 at most the work since its last checkpoint (taken every ``checkpoint_every`` steps or
 ``checkpoint_every_s`` seconds). ``resume`` continues from the last checkpoint (or from
 the start when there is none) and truncates the logs to it; each step's randomness
@@ -60,6 +62,7 @@ from marl.runner import build_policies
 from marl.team import Team
 from marl.training.checkpoints import RECENT, Checkpoints
 from marl.training.curriculum import promoted, stage_name, stage_teams, variant
+from marl.training.plateau import Plateau
 from marl.training.rows import evaluation, iteration_figures
 from marl.training.wandb_run import wandb_run
 
@@ -111,6 +114,7 @@ class Trainer(Checkpoints):
         self.iteration = 0  # RL iterations done
         self.reference_at = 0  # iteration at which the KL's reference was last set
         self.settled = False  # evaluated at settle_at in this stage (see _maybe_settle)
+        self.plateau = Plateau(cfg.lr_patience, cfg.lr_decay, cfg.lr_floor)
         self.stage, self.stage_start = 0, 0
         self.bad_iterations = 0
         self.best: dict[str, Any] = {"eval_success_rate": -1.0, "iteration": None}
@@ -167,8 +171,8 @@ class Trainer(Checkpoints):
                  if scenario else self.teams)
         self.cfg, self.teams = cfg, teams
         self.learner.cfg, self.learner.team = cfg, self.team
-        if "lr" in trained:
-            self._set_optimizers(lr=cfg.lr)
+        if "lr" in trained:  # the schedule's scale still applies
+            self._set_optimizers(lr=cfg.lr * self.plateau.scale)
         if temperature is not None:
             for t in self.learner.trainables:
                 t.policy.sampling = dataclasses.replace(t.policy.sampling,
@@ -238,6 +242,14 @@ class Trainer(Checkpoints):
             self._set_optimizers(eps=self.cfg.settled_eps)
             self.settled = True
 
+    def _maybe_slow(self, success: float) -> None:
+        """Evaluations without a new best lower the learning rate (``lr_patience``)."""
+        if self.plateau.update(success):
+            self._set_optimizers(lr=self.cfg.lr * self.plateau.scale)
+            self.log(f"no new best eval success in {self.cfg.lr_patience} evaluations: "
+                     f"learning rate {self.cfg.lr * self.plateau.scale:.3g} from iteration "
+                     f"{self.iteration}")
+
     def _set_optimizers(self, **hyper: float) -> None:
         """Set hyperparameters (``lr``, ``eps``) of every optimizer's parameter groups."""
         for opt in self.learner.optimizers():
@@ -270,6 +282,7 @@ class Trainer(Checkpoints):
                                records)
             self._maybe_reset_reference(row["eval_success_rate"])
             self._maybe_settle(row["eval_success_rate"])
+            self._maybe_slow(row["eval_success_rate"])
         if cfg.transcripts_per_iter:
             atomic_write_jsonl(self.out / "episodes" / f"iter_{self.iteration:06d}.jsonl",
                                batch.records[: cfg.transcripts_per_iter])
@@ -315,6 +328,9 @@ class Trainer(Checkpoints):
         if self.settled:  # a new task to learn: full steps again
             self._set_optimizers(eps=self.cfg.adam_eps)
             self.settled = False
+        if self.plateau.scale != 1.0:
+            self._set_optimizers(lr=self.cfg.lr)
+        self.plateau.reset()
         carried = ""
         if self.cfg.promotion_warmup:  # the team's code, carried to the longer messages
             row["promotion_warmup"] = out = warmup.promotion_warmup(
@@ -331,7 +347,7 @@ class Trainer(Checkpoints):
         engine_stats = {name: st for name, p in engines.items() if (st := p.stats())}
         return {"phase": "rl", "step": self.step_count, "iteration": self.iteration,
                 "stage": stage_name(self.cfg.curriculum, self.stage),
-                "settled": self.settled,
+                "settled": self.settled, "lr": self.cfg.lr * self.plateau.scale,
                 **({"engine": engine_stats} if engine_stats else {}),
                 "episodes": self.iteration * len(batch.records),
                 **iteration_figures(batch, stats, seconds)}
