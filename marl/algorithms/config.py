@@ -76,7 +76,8 @@ class TrainConfig(BaseModel):
     lr_patience: int | None = Field(
         10, ge=1, description="After this many evaluations in a row without a new best eval "
         "success in the curriculum stage, every learning rate is multiplied by lr_decay "
-        "(ReduceLROnPlateau's rule: a schedule driven by measured progress). None: constant.")
+        "(ReduceLROnPlateau's rule: a schedule driven by measured progress; a league's "
+        "players, which have no evaluations, keep lr). None: constant.")
     lr_decay: float = Field(0.5, gt=0, lt=1, description="lr_patience: the factor.")
     lr_floor: float = Field(0.1, gt=0, le=1, description="lr_patience: the lowest learning "
                             "rate, as a fraction of lr.")

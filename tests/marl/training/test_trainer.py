@@ -196,6 +196,46 @@ def test_kill_and_resume_keeps_a_settled_team_settled(tmp_path, monkeypatch):
     assert again == full and [r["settled"] for r in full] == [False, False] + [True] * 4
 
 
+@pytest.mark.parametrize(("task", "curriculum", "lrs"), [
+    # the first evaluation is the best; each one after it is a plateau of lr_patience 1
+    ("always_wrong", [], [1e-3, 1e-3, 5e-4, 2.5e-4, 2.5e-4]),
+    # promoted at iteration 1: the new stage starts again at lr, with no best yet
+    ("always_right", [{"name": "first", "promote_at": 0.5}, {"name": "second"}],
+     [1e-3, 1e-3, 1e-3, 5e-4, 2.5e-4]),
+])
+def test_evaluations_without_a_new_best_lower_the_learning_rate(tmp_path, monkeypatch, task,
+                                                                curriculum, lrs):
+    """Only the entropy bonus's gradient moves the policy: Adam moves some parameter by
+    about the learning rate each step, so the steps shrink with it, down to lr_floor."""
+    cfg = small(iterations=5, eval_every=1, kl_coef=0.0, entropy_target=None, lr=1e-3,
+                settle_at=None, lr_patience=1, lr_floor=0.25, curriculum=curriculum)
+    trainer = Trainer(scored_team(monkeypatch, task), cfg, tmp_path)
+    moves, _ = largest_moves(trainer)
+    assert [r["lr"] for r in trainer.rows] == lrs
+    for move, lr in zip(moves, lrs, strict=True):
+        assert move == pytest.approx(lr, rel=0.1)
+    assert {g["lr"] for opt in trainer.learner.optimizers() for g in opt.param_groups} == {
+        2.5e-4}
+
+
+def test_without_lr_patience_the_learning_rate_stays(tmp_path, monkeypatch):
+    cfg = small(iterations=4, eval_every=1, lr_patience=None)
+    trainer = Trainer(scored_team(monkeypatch, "always_wrong"), cfg, tmp_path)
+    trainer.train()
+    assert [r["lr"] for r in trainer.rows] == [1e-3] * 4
+
+
+def test_kill_and_resume_keeps_the_learning_rate_schedule(tmp_path, monkeypatch):
+    """Halved after iterations 3, 5 and 7 (lr_patience 2); killed at 5 and resumed from the
+    checkpoint at 4 (one evaluation into its second plateau), the run goes on at the
+    lowered rate and halves again where it would have."""
+    cfg = small(iterations=8, eval_every=1, checkpoint_every=4, lr_patience=2)
+    full, again = kill_and_resume(scored_team(monkeypatch, "always_wrong"), cfg, tmp_path,
+                                  kill_at=5, resume_from=4)
+    assert again == full
+    assert [r["lr"] for r in full] == [1e-3] * 3 + [5e-4] * 2 + [2.5e-4] * 2 + [1.25e-4]
+
+
 @pytest.mark.parametrize("credit", ["team", "anchor"])
 def test_rl_learns_a_known_answer(toy, tmp_path, credit):
     # lr 1e-2 overshot here; with 5e-3 the take-off point differs between machines (one
