@@ -78,7 +78,8 @@ class TrainConfig(BaseModel):
         "success in the curriculum stage, every learning rate is multiplied by lr_decay "
         "(ReduceLROnPlateau's rule: a schedule driven by measured progress; a league's "
         "players, which have no evaluations, keep lr). None: constant.")
-    lr_decay: float = Field(0.5, gt=0, lt=1, description="lr_patience: the factor.")
+    lr_decay: float = Field(0.5, gt=0, lt=1, description="lr_patience: the factor each "
+                          "plateau multiplies the learning rate by.")
     lr_floor: float = Field(0.1, gt=0, le=1, description="lr_patience: the lowest learning "
                             "rate, as a fraction of lr.")
     adam_eps: float = Field(1e-8, gt=0, description="Adam's epsilon while a team learns.")

@@ -13,7 +13,7 @@ the smaller steps after a plateau let it settle nearer.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass
@@ -54,7 +54,7 @@ class Plateau:
         self.best, self.bad, self.scale = -math.inf, 0, 1.0
 
     def state_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k in ("best", "bad", "scale")}
+        return {"best": self.best, "bad": self.bad, "scale": self.scale}
 
     def load_state_dict(self, state: dict) -> None:
         self.best, self.bad, self.scale = state["best"], state["bad"], state["scale"]

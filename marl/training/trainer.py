@@ -24,8 +24,9 @@ Run directory::
 
 Every row carries ``phase`` (``warmup`` or ``rl``), ``step`` (warm-up steps and
 iterations so far), ``iteration`` (RL iterations so far) and ``stage``; RL rows also
-``settled`` and ``lr``. Files are written atomically and rows appended whole, so a killed run loses
-at most the work since its last checkpoint (taken every ``checkpoint_every`` steps or
+``settled`` and ``lr`` (the learning rate of the iteration's update). Files are written
+atomically and rows appended whole, so a killed run loses at most the work since its last
+checkpoint (taken every ``checkpoint_every`` steps or
 ``checkpoint_every_s`` seconds). ``resume`` continues from the last checkpoint (or from
 the start when there is none) and truncates the logs to it; each step's randomness
 derives from (seed, step), so on CPU the resumed metrics equal an uninterrupted run's.
@@ -146,10 +147,10 @@ class Trainer(Checkpoints):
 
     def set(self, **settings: Any) -> None:
         """Change settings between steps (names in :data:`MUTABLE`): ``lr`` (every
-        optimizer's learning rate), ``entropy_coef``, ``clip_low``, ``clip_high``,
-        ``temperature`` (sampling of every trainable policy), ``penalty_per_1k`` (the
-        scenario's token penalty) and ``topology`` (a scenario ``topology`` mapping; the
-        agents and their policies, hence the weights, stay)."""
+        optimizer's learning rate, times the plateau schedule's scale), ``entropy_coef``,
+        ``clip_low``, ``clip_high``, ``temperature`` (sampling of every trainable policy),
+        ``penalty_per_1k`` (the scenario's token penalty) and ``topology`` (a scenario
+        ``topology`` mapping; the agents and their policies, hence the weights, stay)."""
         unknown = sorted(set(settings) - set(MUTABLE))
         if unknown:
             raise MarlError(f"cannot change {', '.join(unknown)} during training; the "
