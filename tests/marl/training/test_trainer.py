@@ -218,6 +218,16 @@ def test_evaluations_without_a_new_best_lower_the_learning_rate(tmp_path, monkey
         2.5e-4}
 
 
+def test_a_learning_rate_set_during_training_keeps_the_schedules_scale(tmp_path, monkeypatch):
+    """A population member given a new lr after two plateaus learns at a quarter of it."""
+    cfg = small(iterations=3, eval_every=1, lr_patience=1)
+    trainer = Trainer(scored_team(monkeypatch, "always_wrong"), cfg, tmp_path)
+    trainer.train()
+    trainer.set(lr=2e-3)
+    assert {g["lr"] for opt in trainer.learner.optimizers() for g in opt.param_groups} == {
+        5e-4}
+
+
 def test_without_lr_patience_the_learning_rate_stays(tmp_path, monkeypatch):
     cfg = small(iterations=4, eval_every=1, lr_patience=None)
     trainer = Trainer(scored_team(monkeypatch, "always_wrong"), cfg, tmp_path)
