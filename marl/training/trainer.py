@@ -26,10 +26,10 @@ Every row carries ``phase`` (``warmup`` or ``rl``), ``step`` (warm-up steps and
 iterations so far), ``iteration`` (RL iterations so far) and ``stage``; RL rows also
 ``settled`` and ``lr`` (the learning rate of the iteration's update). Files are written
 atomically and rows appended whole, so a killed run loses at most the work since its last
-checkpoint (taken every ``checkpoint_every`` steps or
-``checkpoint_every_s`` seconds). ``resume`` continues from the last checkpoint (or from
-the start when there is none) and truncates the logs to it; each step's randomness
-derives from (seed, step), so on CPU the resumed metrics equal an uninterrupted run's.
+checkpoint (taken every ``checkpoint_every`` steps or ``checkpoint_every_s`` seconds).
+``resume`` continues from the last checkpoint (or from the start when there is none) and
+truncates the logs to it; each step's randomness derives from (seed, step), so on CPU the
+resumed metrics equal an uninterrupted run's.
 """
 
 from __future__ import annotations
