@@ -142,6 +142,11 @@ class Trainer(Checkpoints):
         return self.warmed + self.iteration
 
     @property
+    def lr(self) -> float:
+        """The learning rate now: ``lr`` times the plateau schedule's scale."""
+        return self.cfg.lr * self.plateau.scale
+
+    @property
     def phase(self) -> str:
         return "warmup" if self.warmed < self.warmup_steps else "rl"
 
@@ -173,7 +178,7 @@ class Trainer(Checkpoints):
         self.cfg, self.teams = cfg, teams
         self.learner.cfg, self.learner.team = cfg, self.team
         if "lr" in trained:  # the schedule's scale still applies
-            self._set_optimizers(lr=cfg.lr * self.plateau.scale)
+            self._set_optimizers(lr=self.lr)
         if temperature is not None:
             for t in self.learner.trainables:
                 t.policy.sampling = dataclasses.replace(t.policy.sampling,
@@ -246,9 +251,9 @@ class Trainer(Checkpoints):
     def _maybe_slow(self, success: float) -> None:
         """Evaluations without a new best lower the learning rate (``lr_patience``)."""
         if self.plateau.update(success):
-            self._set_optimizers(lr=self.cfg.lr * self.plateau.scale)
+            self._set_optimizers(lr=self.lr)
             self.log(f"no new best eval success in {self.cfg.lr_patience} evaluations: "
-                     f"learning rate {self.cfg.lr * self.plateau.scale:.3g} from iteration "
+                     f"learning rate {self.lr:.3g} from iteration "
                      f"{self.iteration}")
 
     def _set_optimizers(self, **hyper: float) -> None:
@@ -329,9 +334,8 @@ class Trainer(Checkpoints):
         if self.settled:  # a new task to learn: full steps again
             self._set_optimizers(eps=self.cfg.adam_eps)
             self.settled = False
-        if self.plateau.scale != 1.0:
-            self._set_optimizers(lr=self.cfg.lr)
         self.plateau.reset()
+        self._set_optimizers(lr=self.lr)
         carried = ""
         if self.cfg.promotion_warmup:  # the team's code, carried to the longer messages
             row["promotion_warmup"] = out = warmup.promotion_warmup(
@@ -348,7 +352,7 @@ class Trainer(Checkpoints):
         engine_stats = {name: st for name, p in engines.items() if (st := p.stats())}
         return {"phase": "rl", "step": self.step_count, "iteration": self.iteration,
                 "stage": stage_name(self.cfg.curriculum, self.stage),
-                "settled": self.settled, "lr": self.cfg.lr * self.plateau.scale,
+                "settled": self.settled, "lr": self.lr,
                 **({"engine": engine_stats} if engine_stats else {}),
                 "episodes": self.iteration * len(batch.records),
                 **iteration_figures(batch, stats, seconds)}
