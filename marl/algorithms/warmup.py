@@ -131,11 +131,14 @@ class Habits:
         (:func:`read_symbols`) through the agent's cipher, a random permutation of
         that position's alphabet seeded by the run's seed, the agent, ``final`` and the
         alphabet, so one agent writes the same symbol for a symbol wherever it stands.
+        An agent passing on a message it heard uses a cipher chosen by everything else it
+        read (:func:`read_fields`), so what it knows itself changes its message too.
         Where :attr:`codes` has the agent's symbol for it, that symbol instead.
         ``None`` where nothing the agent read fits its output."""
-        read = read_symbols(team, agent, observation, final)
-        if read is None:
+        fields = read_fields(team, agent, observation, final)
+        if fields is None:
             return None
+        read, context = fields
         out = []
         for c, alphabet in zip(read, team.task.symbols(agent, final), strict=True):
             code = self.codes.get(code_key(agent, final, alphabet), {})
@@ -143,7 +146,8 @@ class Habits:
                 out.append(code[c])
                 continue
             key = seeds.derive_seed(self.seed, seeds.HABITS, zlib.crc32(agent.encode()),
-                                    int(final), zlib.crc32(alphabet.encode()))
+                                    int(final), zlib.crc32(alphabet.encode()),
+                                    *([zlib.crc32(context.encode())] if context else []))
             order = np.random.default_rng(key).permutation(len(alphabet))
             out.append(alphabet[order[alphabet.index(c)]])
         return "".join(out)
@@ -157,13 +161,25 @@ def read_symbols(team: Team, agent: str, observation: str, final: bool) -> str |
     where none fits (or the task's outputs have no fixed alphabets). Any task with
     alphabets has it, through its observations alone; what it should become is never
     read."""
+    fields = read_fields(team, agent, observation, final)
+    return None if fields is None else fields[0]
+
+
+def read_fields(team: Team, agent: str, observation: str,
+                final: bool) -> tuple[str, str] | None:
+    """:func:`read_symbols`' field and its *context*: where the field is a message the
+    agent heard, every other field it read (its private words and the other messages,
+    one per line), which chooses its cipher; ``""`` where the field is its own."""
     alphabets = team.task.symbols(agent, final)
     if alphabets is None:
         return None
-    fields = private_text(observation).split() + [
-        text for _, text in inbox_messages(observation, team.ids)]
-    return next((f for f in fields if len(f) == len(alphabets) and all(
-        c in alphabet for c, alphabet in zip(f, alphabets, strict=True))), None)
+    own = private_text(observation).split()
+    fields = own + [text for _, text in inbox_messages(observation, team.ids) if text]
+    for i, f in enumerate(fields):
+        if len(f) == len(alphabets) and all(
+                c in alphabet for c, alphabet in zip(f, alphabets, strict=True)):
+            return f, "" if i < len(own) else "\n".join(fields[:i] + fields[i + 1:])
+    return None
 
 
 def code_key(agent: str, final: bool, alphabet: str) -> str:
