@@ -131,8 +131,8 @@ class Habits:
         (:func:`read_symbols`) through the agent's cipher, a random permutation of
         that position's alphabet seeded by the run's seed, the agent, ``final`` and the
         alphabet, so one agent writes the same symbol for a symbol wherever it stands.
-        An agent passing on a message it heard uses a cipher chosen by everything else it
-        read (:func:`read_fields`), so what it knows itself changes its message too.
+        An agent passing on a message it heard uses a cipher chosen by what it knows
+        privately (:func:`read_fields`), so its own knowledge reaches the next agent too.
         Where :attr:`codes` has the agent's symbol for it, that symbol instead.
         ``None`` where nothing the agent read fits its output."""
         fields = read_fields(team, agent, observation, final)
@@ -167,9 +167,11 @@ def read_symbols(team: Team, agent: str, observation: str, final: bool) -> str |
 
 def read_fields(team: Team, agent: str, observation: str,
                 final: bool) -> tuple[str, str] | None:
-    """:func:`read_symbols`' field and its *context*: where the field is a message the
-    agent heard, every other field it read (its private words and the other messages,
-    one per line), which chooses its cipher; ``""`` where the field is its own."""
+    """:func:`read_symbols`' field and its *context*, which chooses the agent's cipher:
+    where the field is a message the agent heard, the words of its private text (what it
+    knows itself, one per line); ``""`` where the field is its own. Other messages it
+    heard stay out, so an agent has as many ciphers as it has private observations,
+    however many messages it hears."""
     alphabets = team.task.symbols(agent, final)
     if alphabets is None:
         return None
@@ -178,7 +180,7 @@ def read_fields(team: Team, agent: str, observation: str,
     for i, f in enumerate(fields):
         if len(f) == len(alphabets) and all(
                 c in alphabet for c, alphabet in zip(f, alphabets, strict=True)):
-            return f, "" if i < len(own) else "\n".join(fields[:i] + fields[i + 1:])
+            return f, "" if i < len(own) else "\n".join(own)
     return None
 
 

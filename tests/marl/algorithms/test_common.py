@@ -285,6 +285,38 @@ def test_cipher_habits_encipher_what_was_read_letter_by_letter():
     assert team.task.valid_message("a1", habits.message(team, "a1", garbled), False)
 
 
+def test_a_relays_cipher_is_chosen_by_what_it_knows():
+    """An agent passing on a message it heard enciphers it with a cipher chosen by what
+    it knows privately, so its own knowledge reaches the next agent too: on a three-agent
+    gather chain the middle agent's habits tell all 25 pairs of values apart. Other
+    messages do not choose it, and an agent enciphering its own field keeps one cipher."""
+    from marl.algorithms.warmup import HabitPolicy, Habits, read_fields
+
+    team = load_team(ROOT / "benchmarks" / "generality" / "gather_3_chain.yaml")
+    habits = Habits(seed=0, ciphers=True)
+    batch = collect(team, dict.fromkeys(team.ids, HabitPolicy(team, habits, 1.0, 0)), 200,
+                    seed=0)
+    pairs: dict[tuple[int, int], set[str]] = {}
+    for record, instance in zip(batch.records, batch.instances, strict=True):
+        said = next(c["message"] for c in record["transcript"] if c["agent"] == "g1")
+        pairs.setdefault(tuple(instance.data["values"][:2]), set()).add(said)
+    assert len(pairs) == 25 and all(len(s) == 1 for s in pairs.values())
+    assert len(set.union(*pairs.values())) == 25  # a distinct message for every pair
+    heard = "you are g1 (worker). value: {}\n[round 1]\ng0> 3?7\ng1>"
+    assert read_fields(team, "g1", heard.format(2), False) == ("3?7", "value:\n2")
+    assert habits.peek(team, "g1", heard.format(2)) != habits.peek(team, "g1", heard.format(4))
+    # a tree's inner worker: the first child's table, keyed by its own value alone
+    tree = load_team(ROOT / "benchmarks" / "generality" / "gather_6_tree.yaml")
+    inner = "you are w0 (worker). value: 1\n[round 1]\nw2> ??3???\nw3> ???{}??\nw0>"
+    assert read_fields(tree, "w0", inner.format(0), False) == ("??3???", "value:\n1")
+    assert habits.peek(tree, "w0", inner.format(0)) == habits.peek(tree, "w0", inner.format(2))
+    # a voter enciphers its own label: the same cipher whatever it heard before
+    vote = load_team(ROOT / "benchmarks" / "generality" / "vote_4_complete.yaml")
+    seen = "you are c1 (voter). label: 7\n[round 1]\nc0> {}\nc1>"
+    assert read_fields(vote, "c1", seen.format(3), False) == ("7", "")
+    assert habits.peek(vote, "c1", seen.format(3)) == habits.peek(vote, "c1", seen.format(5))
+
+
 def test_what_an_agent_read_is_the_first_field_that_fits_its_output():
     """Through the task contract alone (Task.symbols and the observation's layout): on a
     relay the fact an agent knows, else the first fact it heard (its oracle's reading);
