@@ -19,6 +19,8 @@ the policy's stop string. Sources:
     field of its observation that fits its output's alphabets) through a private random
     cipher of its own, symbol by symbol (:meth:`Habits.enciphered`): one rule instead of
     one habit per observation, which an agent learns whatever the number of observations.
+    An agent passing on a message it heard has one cipher per private observation (what
+    it knows itself chooses it), so its own knowledge travels on with what it heard.
     Where no field fits (or the task has no alphabets), a habit as under ``habits``.
     Each agent so learns arbitrary, input-dependent preferences of its own, as a
     pre-trained model has, and teammates hear each other's habits: reward can then reach
@@ -168,10 +170,9 @@ def read_symbols(team: Team, agent: str, observation: str, final: bool) -> str |
 def read_fields(team: Team, agent: str, observation: str,
                 final: bool) -> tuple[str, str] | None:
     """:func:`read_symbols`' field and its *context*, which chooses the agent's cipher:
-    where the field is a message the agent heard, the words of its private text (what it
-    knows itself, one per line); ``""`` where the field is its own. Other messages it
-    heard stay out, so an agent has as many ciphers as it has private observations,
-    however many messages it hears."""
+    where the field is a message the agent heard, what it knows itself (:func:`known`);
+    ``""`` where the field is its own. Other messages it heard stay out, so an agent has
+    as many ciphers as it has private observations, however many messages it hears."""
     alphabets = team.task.symbols(agent, final)
     if alphabets is None:
         return None
@@ -180,8 +181,16 @@ def read_fields(team: Team, agent: str, observation: str,
     for i, f in enumerate(fields):
         if len(f) == len(alphabets) and all(
                 c in alphabet for c, alphabet in zip(f, alphabets, strict=True)):
-            return f, "" if i < len(own) else "\n".join(own)
+            return f, "" if i < len(own) else known(own)
     return None
+
+
+def known(words: Sequence[str]) -> str:
+    """What private ``words`` say, one per line: without field names (``value:``, the same
+    in every observation) and ``?`` marks (nothing known). ``""`` for an agent that knows
+    nothing, which so keeps one cipher, the same at every message length."""
+    return "\n".join(w for w in (w.replace("?", "") for w in words)
+                     if w and not w.endswith(":"))
 
 
 def code_key(agent: str, final: bool, alphabet: str) -> str:
@@ -192,7 +201,7 @@ def code_key(agent: str, final: bool, alphabet: str) -> str:
 def team_codes(team: Team, batch: EpisodeBatch) -> dict[str, dict[str, str]]:
     """Each agent's code as its calls in ``batch`` show it, by :func:`code_key`: for each
     symbol it read (:func:`read_symbols`), the symbol it wrote most often in the same
-    position (ties: the one written first). Calls whose message does not line up with what
+    position (ties: the one written first), over all its ciphers. Calls whose message does not line up with what
     was read (another length, a symbol outside the alphabet) show nothing."""
     counts: dict[str, dict[str, Counter[str]]] = {}
     for b, record in enumerate(batch.records):

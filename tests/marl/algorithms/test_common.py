@@ -303,13 +303,17 @@ def test_a_relays_cipher_is_chosen_by_what_it_knows():
     assert len(pairs) == 25 and all(len(s) == 1 for s in pairs.values())
     assert len(set.union(*pairs.values())) == 25  # a distinct message for every pair
     heard = "you are g1 (worker). value: {}\n[round 1]\ng0> 3?7\ng1>"
-    assert read_fields(team, "g1", heard.format(2), False) == ("3?7", "value:\n2")
+    assert read_fields(team, "g1", heard.format(2), False) == ("3?7", "2")
     assert habits.peek(team, "g1", heard.format(2)) != habits.peek(team, "g1", heard.format(4))
     # a tree's inner worker: the first child's table, keyed by its own value alone
     tree = load_team(ROOT / "benchmarks" / "generality" / "gather_6_tree.yaml")
     inner = "you are w0 (worker). value: 1\n[round 1]\nw2> ??3???\nw3> ???{}??\nw0>"
-    assert read_fields(tree, "w0", inner.format(0), False) == ("??3???", "value:\n1")
+    assert read_fields(tree, "w0", inner.format(0), False) == ("??3???", "1")
     assert habits.peek(tree, "w0", inner.format(0)) == habits.peek(tree, "w0", inner.format(2))
+    # a relay knows nothing privately: one cipher, the same for every fact length
+    relay = load_team(ROOT / "scenarios" / "relay_chain.yaml")
+    assert read_fields(relay, "a1", "you are a1 (relay). fact: ????\n[round 1]\na0> abcd\na1>",
+                       False) == ("abcd", "")
     # a voter enciphers its own label: the same cipher whatever it heard before
     vote = load_team(ROOT / "benchmarks" / "generality" / "vote_4_complete.yaml")
     seen = "you are c1 (voter). label: 7\n[round 1]\nc0> {}\nc1>"
