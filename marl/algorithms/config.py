@@ -150,7 +150,7 @@ class TrainConfig(BaseModel):
     warmup_prior: Literal["habits", "ciphers", "uniform"] = Field(
         "ciphers", description="random warm-up: ciphers (what the agent read through a "
         "private cipher, where a field of its observation fits its output's alphabets; "
-        "a message it passes on through a cipher chosen by its private text; elsewhere a "
+        "a message it passes on through a cipher chosen by what it knows; elsewhere a "
         "habit), habits (an arbitrary message per agent and observation) or "
         "uniform (a fresh random message every time).")
     habit_strength: float = Field(

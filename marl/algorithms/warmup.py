@@ -201,8 +201,9 @@ def code_key(agent: str, final: bool, alphabet: str) -> str:
 def team_codes(team: Team, batch: EpisodeBatch) -> dict[str, dict[str, str]]:
     """Each agent's code as its calls in ``batch`` show it, by :func:`code_key`: for each
     symbol it read (:func:`read_symbols`), the symbol it wrote most often in the same
-    position (ties: the one written first), over all its ciphers. Calls whose message does not line up with what
-    was read (another length, a symbol outside the alphabet) show nothing."""
+    position (ties: the one written first), over all its ciphers. Calls whose message does
+    not line up with what was read (another length, a symbol outside the alphabet) show
+    nothing."""
     counts: dict[str, dict[str, Counter[str]]] = {}
     for b, record in enumerate(batch.records):
         for k, call in enumerate(record["transcript"]):

@@ -307,8 +307,8 @@ def test_a_relays_cipher_is_chosen_by_what_it_knows():
     assert habits.peek(team, "g1", heard.format(2)) != habits.peek(team, "g1", heard.format(4))
     # a tree's inner worker: the first child's table, keyed by its own value alone
     tree = load_team(ROOT / "benchmarks" / "generality" / "gather_6_tree.yaml")
-    inner = "you are w0 (worker). value: 1\n[round 1]\nw2> ??3???\nw3> ???{}??\nw0>"
-    assert read_fields(tree, "w0", inner.format(0), False) == ("??3???", "1")
+    inner = "you are w0 (worker). value: 1\n[round 1]\nw2> ???3??\nw3> ????{}?\nw0>"
+    assert read_fields(tree, "w0", inner.format(0), False) == ("???3??", "1")
     assert habits.peek(tree, "w0", inner.format(0)) == habits.peek(tree, "w0", inner.format(2))
     # a relay knows nothing privately: one cipher, the same for every fact length
     relay = load_team(ROOT / "scenarios" / "relay_chain.yaml")
