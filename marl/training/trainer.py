@@ -253,8 +253,7 @@ class Trainer(Checkpoints):
         if self.plateau.update(success):
             self._set_optimizers(lr=self.lr)
             self.log(f"no new best eval success in {self.cfg.lr_patience} evaluations: "
-                     f"learning rate {self.lr:.3g} from iteration "
-                     f"{self.iteration}")
+                     f"learning rate {self.lr:.3g} from iteration {self.iteration}")
 
     def _set_optimizers(self, **hyper: float) -> None:
         """Set hyperparameters (``lr``, ``eps``) of every optimizer's parameter groups."""
