@@ -48,7 +48,7 @@ from marl.algorithms.alphabets import (
 )
 from marl.algorithms.config import TrainConfig
 from marl.algorithms.feedback import alternative_scores, answer_loss, kl_lumping
-from marl.algorithms.replay import Told, packed, remember, told_rows
+from marl.algorithms.replay import Told, packed, remember, told, told_rows
 from marl.cost.ledger import Ledger, LedgerRow
 from marl.errors import MarlError
 from marl.policies.lm import LMPolicy
@@ -433,13 +433,15 @@ def guarded_step(t: Trainable, loss: torch.Tensor, cfg: TrainConfig) -> dict:
 def update(t: Trainable, s: Samples, cfg: TrainConfig, sft_coef: float, seed: int) -> dict:
     """``cfg.epochs`` passes of ``cfg.minibatches`` clipped policy-gradient steps, in an
     order shuffled with ``seed``; with ``answer_replay``, every step's told term also
-    averages the told answers of the policy's last updates, and this one's join them."""
+    averages as many told answers of the policy's last updates as this one has (drawn with
+    ``seed``), and this one's join them."""
     rows = [i for i in range(len(s.prompts))
             if s.completions[i] or (sft_coef > 0 and s.demos and s.demos[i])]
     stats: dict[str, float] = {}
     n_steps = 0
     gen = torch.Generator().manual_seed(seed)
-    replay = packed(t.told) if cfg.answer_replay else None
+    answers = int(told(s.alternatives).sum())
+    replay = packed(t.told, answers, gen) if cfg.answer_replay and answers else None
     for _ in range(cfg.epochs):
         order = [rows[i] for i in torch.randperm(len(rows), generator=gen).tolist()]
         size = math.ceil(len(order) / cfg.minibatches) if order else 0

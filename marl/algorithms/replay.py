@@ -4,10 +4,11 @@ With ``answer_feedback: full`` an answer learns from the score of every answer i
 given, which depends on the episode as played and not on the policy that answered: a told
 answer stays a valid example after the update. An iteration holds few distinct instances
 (``episodes_per_iter``, each played ``group_size`` times), so an answerer that must fit a
-noisy function of what it read jitters around it; the told answers of the last
-``answer_replay`` iterations join each update's told term, averaged with the current ones at
-the same weight: more distinct instances per step at the same step size. Only the told term
-sees them; the sampled policy gradient, KL and entropy stay on-policy.
+noisy function of what it read jitters around it. As many told answers as the update has,
+drawn from those of the last ``answer_replay`` iterations, join its told term, averaged with
+the current ones at the same weight: more distinct instances per step at the same step size,
+for about the cost of the answers' rows once more. Only the told term sees them; the
+sampled policy gradient, KL and entropy stay on-policy.
 
 Each policy keeps its own (:attr:`marl.algorithms.common.Trainable.told`); it is saved
 with the learner's state so a resumed run replays what the killed one would have.
@@ -23,12 +24,20 @@ import torch
 Told = dict
 
 
+def told(alternatives: torch.Tensor | None) -> torch.Tensor:
+    """``(S,)``: the rows whose answers had alternatives scored (``alternatives`` ``(S, L',
+    A)``, NaN where none)."""
+    if alternatives is None:
+        return torch.zeros(0, dtype=torch.bool)
+    return (~alternatives.isnan()).flatten(1).any(-1)
+
+
 def told_rows(prompts: list, completions: list, support: torch.Tensor | None,
               alternatives: torch.Tensor | None) -> Told | None:
     """The rows whose answers had alternatives scored, as one buffer entry; None if none."""
     if alternatives is None or support is None:
         return None
-    keep = (~alternatives.isnan()).flatten(1).any(-1).nonzero().flatten().tolist()
+    keep = told(alternatives).nonzero().flatten().tolist()
     if not keep:
         return None
     return {"prompts": [list(prompts[i]) for i in keep],
@@ -43,8 +52,10 @@ def remember(buffer: list[Told], entry: Told | None, iterations: int) -> None:
     del buffer[: max(len(buffer) - iterations, 0)]
 
 
-def packed(buffer: list[Told]) -> Told | None:
-    """Every entry of ``buffer`` as one batch (shapes padded with -1 and NaN); None if empty."""
+def packed(buffer: list[Told], rows: int | None = None,
+           generator: torch.Generator | None = None) -> Told | None:
+    """The entries of ``buffer`` as one batch (shapes padded with -1 and NaN), or ``rows`` of
+    their rows drawn without replacement with ``generator``; None if empty."""
     entries = [e for e in buffer if e]
     if not entries:
         return None
@@ -59,6 +70,9 @@ def packed(buffer: list[Told]) -> Told | None:
         support[row : row + s, :w, :a] = e["support"]
         alternatives[row : row + s, :w, :a] = e["alternatives"]
         row += s
-    return {"prompts": [p for e in entries for p in e["prompts"]],
-            "completions": [c for e in entries for c in e["completions"]],
-            "support": support, "alternatives": alternatives}
+    pick = list(range(n)) if rows is None or rows >= n else \
+        sorted(torch.randperm(n, generator=generator)[:rows].tolist())
+    prompts = [p for e in entries for p in e["prompts"]]
+    completions = [c for e in entries for c in e["completions"]]
+    return {"prompts": [prompts[i] for i in pick], "completions": [completions[i] for i in pick],
+            "support": support[pick], "alternatives": alternatives[pick]}

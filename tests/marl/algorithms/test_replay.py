@@ -43,14 +43,19 @@ def test_only_rows_told_their_alternatives_are_kept():
                      torch.full((1, 1, 4), float("nan"))) is None
 
 
-def told_loss_after(replayed_scores) -> float:
-    """The told loss of a lone answerer's well-formed answers (four labels, scored by the
-    task) after 20 updates of lr 1e-2 that learn from those scores alone (advantages 0),
-    with a buffer that replays three copies of the same answers with
-    ``replayed_scores(real)`` (None: no replay)."""
+def shifted(alt: torch.Tensor) -> torch.Tensor:
+    """The scores of a task whose right answer is the next label (mod 4)."""
+    return alt.roll(1, dims=-1)
+
+
+def told_losses(replay: bool) -> tuple[float, float]:
+    """A lone answerer's told loss on its well-formed answers (four labels, scored by the
+    task), against the task's scores and against :func:`shifted` ones, after 20 updates of
+    lr 1e-2 that learn from the told scores alone (advantages 0), with or without a buffer
+    that holds the same answers told the shifted scores."""
     team = vote_team("v2")
     policies = build_policies(team, seed=0)
-    cfg = TrainConfig(answer_feedback="full", answer_replay=3 if replayed_scores else 0,
+    cfg = TrainConfig(answer_feedback="full", answer_replay=3 if replay else 0,
                       lr=1e-2, kl_coef=0.0, entropy_coef=0.0, answer_floor=0.0, warmup_steps=0)
     (t,) = trainables(team, policies, cfg)
     babble = Babble(team.task, t.policy.tokenizer)
@@ -58,26 +63,23 @@ def told_loss_after(replayed_scores) -> float:
     s = samples_for(t, team, batch, torch.zeros(len(batch.records), len(team.ids)), False,
                     support="answers", feedback=True)
     mine = told_rows(s.prompts, s.completions, s.support, s.alternatives)
-    altered = [{**mine, "alternatives": replayed_scores(mine["alternatives"])}] * 3 \
-        if replayed_scores else []
+    other = {**mine, "alternatives": shifted(mine["alternatives"])}
     for i in range(20):
-        t.told = list(altered)  # replay the altered copies, not the batches just learnt
+        t.told = [other] * 3 if replay else []  # replay the shifted copy, not this batch
         update(t, s, cfg, 0.0, seed=i)
-    total, count = replayed_told(t, mine)
-    return float(total.detach() / count)
+    return tuple(float(total.detach() / count)
+                 for total, count in (replayed_told(t, mine), replayed_told(t, other)))
 
 
 def test_replayed_answers_teach_the_answer():
-    """Replayed with their true scores, the same answers leave the told term's mean, and so
-    the update, as it was; with every score flipped they outweigh the current ones (three
-    copies to one) and the answer learns to avoid the label: worse than chance."""
+    """Alone, the answer learns the task's scores; with a buffer whose answers were told
+    other scores (the next label right), half of each step's told term is theirs and the
+    answer learns those too: closer to them than it came alone, further from the task's."""
     chance = math.log(4)
-    alone = told_loss_after(None)
-    same = told_loss_after(lambda alt: alt)
-    flipped = told_loss_after(lambda alt: 1 - alt)
-    assert alone < chance - 0.1
-    assert abs(same - alone) < 1e-4
-    assert flipped > chance
+    real_alone, other_alone = told_losses(replay=False)
+    real_replayed, other_replayed = told_losses(replay=True)
+    assert real_alone < chance - 0.1 < other_alone
+    assert other_replayed < other_alone - 0.1 and real_replayed > real_alone + 0.05
 
 
 def test_kill_and_resume_keeps_the_replayed_answers(tmp_path):
