@@ -48,7 +48,6 @@ from marl.algorithms.alphabets import (
 )
 from marl.algorithms.config import TrainConfig
 from marl.algorithms.feedback import alternative_scores, answer_loss, kl_lumping
-from marl.algorithms.replay import Told, packed, remember, told, told_rows
 from marl.cost.ledger import Ledger, LedgerRow
 from marl.errors import MarlError
 from marl.policies.lm import LMPolicy
@@ -67,8 +66,6 @@ class Trainable:
     agents: list[str]
     optimizer: torch.optim.Optimizer
     reference: object | None = None
-    #: The told answers of the last ``answer_replay`` updates (:mod:`marl.algorithms.replay`).
-    told: list[Told] = field(default_factory=list)
 
 
 def adam(params, cfg: TrainConfig) -> torch.optim.Adam:
@@ -282,17 +279,14 @@ def score_rows(t: Trainable, prompts: list, completions: list, entropy: bool = F
 
 
 def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
-             scored: tuple[torch.Tensor, ...] | None = None,
-             replay: tuple[torch.Tensor, torch.Tensor] | None = None
-             ) -> tuple[torch.Tensor, dict]:
+             scored: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, dict]:
     """The RL part of the loss for rows ``s`` (all with at least one generated token): the
     clipped policy-gradient term (``pg_loss`` in the stats), the entropy bonus, the KL term
     and the signalling and answer terms;
     ``scored``: their ``(logprobs, mask, entropy[, kl][, symbols])`` if already computed
     (``kl``: per token, to the reference, when the policy has one; ``symbols``: the
     log-prob ``(S, L, A)`` of each symbol of each token's alphabet, when ``s`` has a
-    support); ``replay``: the told loss summed over replayed answer positions and their
-    count (``answer_replay``), averaged into the told term at its weight."""
+    support)."""
     lp, mask, ent, *rest = scored or score_rows(t, s.prompts, s.completions, entropy=True,
                                                 kl=t.reference is not None, support=s.support,
                                                 lump_support=kl_lumping(cfg, s.answer))
@@ -307,7 +301,9 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
     stats: dict[str, float] = {}
     if s.support is not None:
         symbols = rest[-1]
-        ids = alphabet_ids(symbols, s.support)
+        ids = torch.full(symbols.shape, -1, dtype=torch.long, device=mask.device)
+        n = min(width, s.support.shape[1])
+        ids[:, :n, : s.support.shape[2]] = s.support[:, :n].to(mask.device)
         if s.alternatives is not None:  # answer_feedback: full
             told, where = answer_loss(symbols, ids, s.alternatives)
             where = where & mask
@@ -316,13 +312,6 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
             stats["full_feedback"] = float(where.any(-1)[is_answer].float().mean()
                                            if is_answer.any() else 0.0)
     loss = aggregate(pg, mask, cfg.aggregation)
-    if replay is not None and s.alternatives is not None and where.any():
-        # The told term keeps its weight; its mean now runs over the replayed answers too.
-        weight = aggregate(where.float(), mask, cfg.aggregation)
-        mean = (told[where].sum() + replay[0]) / (where.sum() + replay[1])
-        loss = loss - aggregate(told.masked_fill(~where, 0.0), mask, cfg.aggregation) \
-            + weight * mean
-        stats["replayed"] = float(replay[1])
     stats.update({"pg_loss": float(loss.detach()),  # the policy-gradient term alone
                   "entropy": float(aggregate(ent.detach(), mask, "token"))})
     reg = regularized(s, mask, cfg)
@@ -351,25 +340,6 @@ def pg_terms(t: Trainable, s: Samples, cfg: TrainConfig,
         stats["influence"] = float(tv.detach())
     stats["clip_frac"] = float(aggregate(((ratio - clipped).abs() > 0).float(), mask, "token"))
     return loss, stats
-
-
-def alphabet_ids(symbols: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
-    """``support`` ``(S, L', A')`` cut or padded (-1) to ``symbols``' shape ``(S, L, A)``."""
-    ids = torch.full(symbols.shape, -1, dtype=torch.long, device=symbols.device)
-    n = min(symbols.shape[1], support.shape[1])
-    ids[:, :n, : support.shape[2]] = support[:, :n].to(symbols.device)
-    return ids
-
-
-def replayed_told(t: Trainable, replay: Told) -> tuple[torch.Tensor, torch.Tensor]:
-    """The told loss (:func:`answer_loss`) summed over the answer positions of ``replay``
-    (:func:`marl.algorithms.replay.packed`) under the current policy, and their count."""
-    _, mask, symbols = score_rows(t, replay["prompts"], replay["completions"],
-                                  support=replay["support"])
-    told, where = answer_loss(symbols, alphabet_ids(symbols, replay["support"]),
-                              replay["alternatives"])
-    where = where & mask
-    return told[where].sum(), where.sum()
 
 
 def influence(t: Trainable, s: Samples, cfg: TrainConfig) -> torch.Tensor:
@@ -432,29 +402,22 @@ def guarded_step(t: Trainable, loss: torch.Tensor, cfg: TrainConfig) -> dict:
 
 def update(t: Trainable, s: Samples, cfg: TrainConfig, sft_coef: float, seed: int) -> dict:
     """``cfg.epochs`` passes of ``cfg.minibatches`` clipped policy-gradient steps, in an
-    order shuffled with ``seed``; with ``answer_replay``, every step's told term also
-    averages as many told answers of the policy's last updates as this one has (drawn with
-    ``seed``), and this one's join them."""
+    order shuffled with ``seed``."""
     rows = [i for i in range(len(s.prompts))
             if s.completions[i] or (sft_coef > 0 and s.demos and s.demos[i])]
     stats: dict[str, float] = {}
     n_steps = 0
     gen = torch.Generator().manual_seed(seed)
-    answers = int(told(s.alternatives).sum())
-    replay = packed(t.told, answers, gen) if cfg.answer_replay and answers else None
     for _ in range(cfg.epochs):
         order = [rows[i] for i in torch.randperm(len(rows), generator=gen).tolist()]
         size = math.ceil(len(order) / cfg.minibatches) if order else 0
         for start in range(0, len(order), max(size, 1)):
             idx = order[start : start + size]
-            loss, step_stats = _minibatch_loss(t, s, idx, cfg, sft_coef, replay)
+            loss, step_stats = _minibatch_loss(t, s, idx, cfg, sft_coef)
             step_stats.update(guarded_step(t, loss, cfg))
             for k, v in step_stats.items():
                 stats[k] = stats.get(k, 0.0) + v
             n_steps += 1
-    if cfg.answer_replay:
-        remember(t.told, told_rows(s.prompts, s.completions, s.support, s.alternatives),
-                 cfg.answer_replay)
     out = {k: v / max(n_steps, 1) for k, v in stats.items()}
     out["skipped"] = stats.get("skipped", 0.0)
     return out
@@ -494,7 +457,7 @@ def turn_order(trainables: list[Trainable], cfg: TrainConfig) -> list[str]:
 
 
 def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
-                    sft_coef: float, replay: Told | None = None) -> tuple[torch.Tensor, dict]:
+                    sft_coef: float) -> tuple[torch.Tensor, dict]:
     gen_rows = [i for i in idx if s.completions[i]]
     demo_rows = [i for i in idx if sft_coef > 0 and s.demos and s.demos[i]]
     loss = torch.zeros((), device=t.policy.model.device)
@@ -524,8 +487,7 @@ def _minibatch_loss(t: Trainable, s: Samples, idx: list[int], cfg: TrainConfig,
                       alternatives=(s.alternatives[gen_rows] if s.alternatives is not None
                                     else None))
         width = int(mask[:g].sum(-1).max())
-        loss, stats = pg_terms(t, sub, cfg, tuple(x[:g, :width] for x in scored),
-                               replayed_told(t, replay) if replay else None)
+        loss, stats = pg_terms(t, sub, cfg, tuple(x[:g, :width] for x in scored))
     if demo_rows:
         sft = sft_term(t, prompts[g:], targets[g:], (lp[g:], mask[g:]))
         loss = loss + sft_coef * sft

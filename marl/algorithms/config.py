@@ -130,10 +130,6 @@ class TrainConfig(BaseModel):
         "and its KL term counts the alphabet as one outcome (it keeps the format, the scores "
         "say which symbol); answers without alphabets learn from the sampled reward. sampled: "
         "from the reward of the answer given alone.")
-    answer_replay: int = Field(
-        0, ge=0, description="answer_feedback: full: the told answers of this many past "
-        "iterations join each update's told term, averaged with the current ones at the "
-        "same weight (more distinct instances per step, the same step size). 0: off.")
     answer_floor: float = Field(
         0.1, ge=0, lt=1, description="Lifts any answer symbol given, averaged over the batch's "
         "answers, less than this fraction of its share 1/|alphabet| (Task.symbols). 0: off.")
@@ -288,10 +284,6 @@ class TrainConfig(BaseModel):
                              "from one curriculum stage to the next with the ciphers prior's "
                              "rule; it needs a curriculum, warmup_source: random and "
                              "warmup_prior: ciphers. Set those or drop promotion_warmup.")
-        if self.answer_replay and self.answer_feedback != "full":
-            raise ValueError(f"answer_replay={self.answer_replay} replays answers told the "
-                             "score of every alternative, and answer_feedback is sampled; "
-                             "set answer_feedback: full or drop answer_replay.")
         if self.warmup_prior == "uniform" and "habit_strength" in changed:
             raise ValueError("habit_strength applies to warmup_prior: habits; remove it or "
                              "set warmup_prior: habits.")

@@ -140,11 +140,9 @@ class MAGRPO:
 
     def state_dict(self) -> dict:
         return {"sft_coef": self.sft_coef,
-                "told": {t.name: t.told for t in self.trainables},
                 "optimizers": {t.name: t.optimizer.state_dict() for t in self.trainables}}
 
     def load_state_dict(self, state: dict) -> None:
         self.sft_coef = state["sft_coef"]
         for t in self.trainables:
             t.optimizer.load_state_dict(state["optimizers"][t.name])
-            t.told = list(state.get("told", {}).get(t.name, []))

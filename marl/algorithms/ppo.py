@@ -284,7 +284,6 @@ class PPO:
 
     def state_dict(self) -> dict:
         return {"sft_coef": self.sft_coef,
-                "told": {t.name: t.told for t in self.trainables},
                 "optimizers": {t.name: t.optimizer.state_dict() for t in self.trainables},
                 "critics": {c.name: {"net": c.net.state_dict(),
                                      "optimizer": c.optimizer.state_dict()}
@@ -294,7 +293,6 @@ class PPO:
         self.sft_coef = state["sft_coef"]
         for t in self.trainables:
             t.optimizer.load_state_dict(state["optimizers"][t.name])
-            t.told = list(state.get("told", {}).get(t.name, []))
         for c in self.critics:
             c.net.load_state_dict(state["critics"][c.name]["net"])
             c.optimizer.load_state_dict(state["critics"][c.name]["optimizer"])

@@ -84,8 +84,7 @@ def iteration_figures(batch: EpisodeBatch, stats: dict, seconds: float) -> dict[
             **{k: stats.get(k, 0.0) for k in ("loss", "pg_loss", "sft_loss", "entropy", "kl",
                                               "grad_norm", "clip_frac")},
             **{k: stats[k] for k in ("value_loss", "value_grad_norm", "rare_answers",
-                                      "signal_entropy", "influence", "full_feedback",
-                                      "replayed")
+                                      "signal_entropy", "influence", "full_feedback")
                if k in stats},
             **{k: stats.get(k, 0.0) for k in ("demo_tokens", "demo_cost_usd",
                                               "counterfactual_tokens",
