@@ -59,15 +59,19 @@ def inbox_messages(observation: str, agents: Sequence[str]) -> list[tuple[str, s
     """Every ``src> message`` line of a prompt, in order, from known agents only, with the
     continuation lines of a multi-line message joined back.
 
-    Lines before the first round marker (header and scenario prompt) are skipped.
+    Lines before the first round marker (header and scenario prompt) are skipped, and so
+    is the query the agent completes (the observation's last line, ``b> ``: no message).
 
-    >>> inbox_messages("you are b (x). v\\n[round 1]\\na> 12\\n  34\\nb>", ["a", "b"])
+    >>> inbox_messages("you are b (x). v\\n[round 1]\\na> 12\\n  34\\nb> ", ["a", "b"])
     [('a', '12\\n34')]
     """
     known = set(agents)
     out: list[tuple[str, str]] = []
     started = following = False  # following: the previous line belongs to a message read
-    for line in observation.split("\n"):
+    lines = observation.split("\n")
+    if lines and lines[-1].endswith("> "):
+        lines.pop()  # the query: every message line read ends with a line break
+    for line in lines:
         if line.startswith("[round "):
             started, following = True, False
             continue

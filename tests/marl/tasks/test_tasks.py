@@ -241,3 +241,17 @@ def test_ref_partial_credit_scores_each_attribute():
     assert task.score(instance, instance.answer) == 1.0
     assert task.score(instance, wrong_one) == 0.5
     assert task.score(instance, "1") == 0.0
+
+
+def test_the_inbox_holds_the_messages_read_and_not_the_query_being_answered():
+    """Every observation an agent completes ends with its query (``a1> ``): not a message.
+    A message that was blank is one (its line ends with a line break)."""
+    from marl.tasks.base import inbox_messages
+
+    team = load_team(ROOT / "scenarios" / "relay_chain.yaml")
+    env = TeamEnv(team)
+    obs, _ = env.reset(seed=0)
+    first, second = team.ids[0], team.ids[1]
+    obs, *_ = env.step({first: ""})
+    assert obs[second].endswith(f"{first}> \n{second}> ")
+    assert inbox_messages(obs[second], team.ids) == [(first, "")]
