@@ -178,11 +178,10 @@ def read_fields(team: Team, agent: str, observation: str,
         return None
     own = private_text(observation).split()
     fields = own + [text for _, text in inbox_messages(observation, team.ids) if text]
-    n, every = len(alphabets), set().union(*alphabets)
     for i, f in enumerate(fields):
-        if len(f) >= n and set(f[n:]) <= every and all(
-                c in alphabet for c, alphabet in zip(f, alphabets, strict=False)):
-            return f[:n], "" if i < len(own) else known(own)
+        if len(f) == len(alphabets) and all(
+                c in alphabet for c, alphabet in zip(f, alphabets, strict=True)):
+            return f, "" if i < len(own) else known(own)
     return None
 
 
