@@ -115,18 +115,29 @@ def main() -> None:
           "the oracle and the answerer is trained on the right answers", flush=True)
     rows = ceiling(path, args.steps, args.batch, args.lr, args.every, args.episodes,
                    args.seed, log=lambda line: print(line, flush=True))
-    gap = scripted - floor
-    best = max(r["success"] for r in rows)
-    normalised = (best - floor) / gap if gap > 0 else None
-    print(f"best {best:.3f}; normalised {normalised:.2f}" if normalised is not None
-          else f"best {best:.3f}")
+    out = summary(rows, scripted, floor)
+    print(f"best {out['best']:.3f}; normalised {fmt(out['normalised'])}; 0.8 of the gap "
+          f"first at step {fmt(out['to_0.8_step'])}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"variant": path.stem, "scripted": scripted,
                                         "floor": floor, "steps": args.steps,
-                                        "batch": args.batch, "lr": args.lr,
-                                        "normalised": normalised, "rows": rows},
-                                       indent=2) + "\n")
+                                        "batch": args.batch, "lr": args.lr, **out,
+                                        "rows": rows}, indent=2) + "\n")
+
+
+def summary(rows: list[dict], scripted: float, floor: float) -> dict:
+    """The best evaluation, its normalised score (best - floor) / (scripted - floor), and
+    the first step evaluated at 0.8 of that gap or more (None: none, or no gap)."""
+    gap = scripted - floor
+    best = max(r["success"] for r in rows)
+    reach = next((r["step"] for r in rows if r["success"] >= floor + 0.8 * gap), None)
+    return {"best": best, "normalised": (best - floor) / gap if gap > 0 else None,
+            "to_0.8_step": reach if gap > 0 else None}
+
+
+def fmt(x) -> str:
+    return "-" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)
 
 
 if __name__ == "__main__":

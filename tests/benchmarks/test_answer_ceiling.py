@@ -21,6 +21,9 @@ def test_a_lewis_listener_beside_the_oracle_learns_its_answers():
                            lr=1e-3, every=30, episodes=32, log=lines.append)
     assert [r["step"] for r in rows] == [0, 30, 60] and len(lines) == 3
     assert rows[0]["success"] < 0.5 and rows[-1]["success"] > 0.9
+    out = ceiling.summary(rows, scripted=1.0, floor=0.25)
+    assert out["best"] == rows[-1]["success"] and out["to_0.8_step"] in (30, 60)
+    assert ceiling.summary(rows, scripted=0.5, floor=0.5)["to_0.8_step"] is None
 
 
 def test_an_unknown_variant_names_the_variants():
