@@ -84,7 +84,8 @@ def patches(timers: Timers, trainer: Trainer) -> list:
 
 
 def profile(scenario: str, iterations: int, out: Path) -> None:
-    team = load_team(ROOT / "scenarios" / scenario)
+    """``scenario``: a file name in ``scenarios/``, or a path to any scenario file."""
+    team = load_team(ROOT / "scenarios" / scenario if "/" not in scenario else Path(scenario))
     cfg = TrainConfig(iterations=iterations, eval_every=10**6, checkpoint_every=10**6,
                       checkpoint_every_s=10**9)
     trainer = Trainer(team, cfg, out)
@@ -127,12 +128,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--scenario", nargs="+", default=["signal.yaml", "gather_star.yaml"])
+    parser.add_argument("--scenario", nargs="+", default=["signal.yaml", "gather_star.yaml"],
+                        help="names in scenarios/ or paths to scenario files")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     out = Path(tempfile.mkdtemp(prefix="marl-profile-"))
     for scenario in args.scenario:
-        profile(scenario, args.iterations, out / scenario.removesuffix(".yaml"))
+        profile(scenario, args.iterations, out / Path(scenario).stem)
 
 
 if __name__ == "__main__":
