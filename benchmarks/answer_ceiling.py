@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # generality.py sits beside this
-from generality import VARIANTS, references  # noqa: E402
+from generality import VARIANTS, references, success  # noqa: E402
 
 
 def variant_path(name: str) -> Path:
@@ -56,8 +56,6 @@ def answer_rows(team, batch, tokenizer) -> tuple[list[tuple[int, ...]], list[str
 def ceiling(path: Path, steps: int, batch_size: int, lr: float, every: int, episodes: int,
             seed: int = 0, log=print) -> list[dict]:
     """Train ``path``'s answer agents as the module says; one row per evaluation."""
-    import torch
-
     from marl.algorithms.common import Trainable, adam, guarded_step, sft_term, target_ids
     from marl.algorithms.config import TrainConfig
     from marl.policies.lm import LMPolicy
@@ -81,11 +79,8 @@ def ceiling(path: Path, steps: int, batch_size: int, lr: float, every: int, epis
     rows, start = [], time.perf_counter()
     for step in range(steps + 1):
         if step % every == 0 or step == steps:
-            with torch.no_grad():
-                played = collect(team, playing, episodes, seed=seed, greedy=True,
-                                 split=team.task.eval_split)
             rows.append({"step": step, "seconds": round(time.perf_counter() - start, 1),
-                         "success": float(played.success.float().mean())})
+                         "success": success(team, playing, episodes, seed)})
             log(f"step {step}: success {rows[-1]['success']:.3f} "
                 f"({rows[-1]['seconds']:.0f} s)")
         if step == steps:
