@@ -147,22 +147,12 @@ class Habits:
             if c in code:
                 out.append(code[c])
                 continue
-            key = seeds.derive_seed(self.seed, seeds.HABITS,
-                                    zlib.crc32(cipher_owner(team, agent).encode()),
+            key = seeds.derive_seed(self.seed, seeds.HABITS, zlib.crc32(agent.encode()),
                                     int(final), zlib.crc32(alphabet.encode()),
                                     *([zlib.crc32(context.encode())] if context else []))
             order = np.random.default_rng(key).permutation(len(alphabet))
             out.append(alphabet[order[alphabet.index(c)]])
         return "".join(out)
-
-
-def cipher_owner(team: Team, agent: str) -> str:
-    """Whose cipher ``agent`` writes with: the model's. Agents that share a policy share
-    its cipher, as agents on one pretrained model share its habits; an agent with a policy
-    of its own keeps its own (its id)."""
-    policy = team.agent(agent).policy
-    sharing = [a.id for a in team.agents if a.policy == policy]
-    return agent if len(sharing) == 1 else f"policy:{policy}"
 
 
 def read_symbols(team: Team, agent: str, observation: str, final: bool) -> str | None:
