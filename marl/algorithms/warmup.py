@@ -328,18 +328,37 @@ def warmup_step(trainables: Sequence[Trainable], teams: Sequence[Team], cfg: Tra
                 step: int, habits: Habits, seed: int | None = None
                 ) -> tuple[dict[str, float], EpisodeBatch]:
     """One optimizer step per trainable policy on a fresh source batch (its episodes
-    seeded by ``seed``, by default the warm-up's for ``step``); returns the mean SFT loss
-    (``sft_loss``), the guard's counters, and the batch."""
+    seeded by ``seed``, by default the warm-up's for ``step``); returns the mean and the
+    largest SFT loss of the policies (``sft_loss``, ``sft_loss_max``), the guard's
+    counters, and the batch."""
     team = teams[warmup_stage(step, len(teams), cfg.warmup)]
     if seed is None:
         seed = seeds.derive_seed(cfg.seed, seeds.WARMUP, step)
     batch = source_episodes(team, cfg, habits, seed)
-    stats: dict[str, float] = {"sft_loss": 0.0, "grad_norm": 0.0, "skipped": 0.0}
+    stats: dict[str, float] = {"sft_loss": 0.0, "sft_loss_max": 0.0, "grad_norm": 0.0,
+                               "skipped": 0.0}
     for loss, out in sft_steps(trainables, team, batch, cfg).values():
         stats["sft_loss"] += loss / len(trainables)
+        stats["sft_loss_max"] = max(stats["sft_loss_max"], loss)
         stats["grad_norm"] += out["grad_norm"] / len(trainables)
         stats["skipped"] += out["skipped"]
     return stats, batch
+
+
+def learnt(step: int, stages: int, steps: int, loss_max: float, below: int) -> int:
+    """Steps in a row, up to warm-up step ``step`` (of at most ``steps``, counted from 0),
+    in which every policy followed what the source plays: its SFT loss below
+    :data:`CARRIED` nats a token, with every curriculum stage joined (:func:`warmup_stage`);
+    ``below`` is the count before this step. The warm-up ends at :data:`SETTLED_STEPS`:
+    more steps of the same targets teach nothing new, and RL gets their time.
+
+    >>> [learnt(s, 1, 600, 0.005, s) for s in range(3)]
+    [1, 2, 3]
+    >>> learnt(5, 1, 600, 0.2, 5), learnt(0, 2, 600, 0.005, 0)  # a stage has not joined
+    (0, 0)
+    """
+    joined = step * stages // max(steps, 1) + 1 >= stages
+    return below + 1 if joined and loss_max < CARRIED else 0
 
 
 def sft_steps(trainables: Sequence[Trainable], team: Team, batch: EpisodeBatch,
@@ -360,8 +379,9 @@ def sft_steps(trainables: Sequence[Trainable], team: Team, batch: EpisodeBatch,
 CODE_EPISODES = 256
 
 
-#: A policy has carried its code once its SFT loss on the promotion's targets stayed below
-#: CARRIED nats a token for SETTLED_STEPS steps in a row; it then takes no more of them.
+#: A policy follows its targets once its SFT loss stayed below CARRIED nats a token for
+#: SETTLED_STEPS steps in a row: the warm-up then ends (:func:`learnt`), and a policy
+#: carrying its code on promotion takes no more steps.
 CARRIED = 0.01
 SETTLED_STEPS = 10
 

@@ -41,6 +41,7 @@ class Checkpoints:
             for t in self.learner.trainables:
                 t.policy.save(tmp / t.name)
             torch.save({"iteration": self.iteration, "warmed": self.warmed,
+                        "warmup_steps": self.warmup_steps, "learnt_steps": self.learnt_steps,
                         "habits": self.habits.table,
                         "stage": self.stage, "stage_start": self.stage_start,
                         "learner": self.learner.state_dict(), "best": self.best,
@@ -93,6 +94,9 @@ class Checkpoints:
         self.iteration, self.warmed, self.best, self.wall = (
             state["iteration"], state["warmed"], state["best"], state["wall"])
         self.stage, self.stage_start = state["stage"], state["stage_start"]
+        # where the warm-up ended (sooner once learnt), and its count towards that
+        self.warmup_steps = min(self.warmup_steps, state.get("warmup_steps", self.warmup_steps))
+        self.learnt_steps = state.get("learnt_steps", 0)
         self.reference_at = state.get("reference_at", 0)
         self.settled = state.get("settled", False)  # its eps came back with the optimizers
         if "plateau" in state:  # its lr came back with the optimizers

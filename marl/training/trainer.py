@@ -111,6 +111,7 @@ class Trainer(Checkpoints):
         self.warming = [t for t in self.learner.trainables if t.name in names]
         self.warmup_steps = cfg.warmup if self.warming else 0
         self.warmed = 0  # warm-up steps done
+        self.learnt_steps = 0  # warm-up steps in a row with every policy following its source
         self.habits = warmup.Habits(cfg.seed, ciphers=cfg.warmup_prior == "ciphers")
         self.iteration = 0  # RL iterations done
         self.reference_at = 0  # iteration at which the KL's reference was last set
@@ -213,7 +214,15 @@ class Trainer(Checkpoints):
                "sft_loss": stats["sft_loss"], "grad_norm": stats["grad_norm"],
                "skipped_updates": stats["skipped"]}
         self._guard(stats)
+        self.learnt_steps = warmup.learnt(self.warmed - 1, len(self.teams), cfg.warmup,
+                                          stats["sft_loss_max"], self.learnt_steps)
         done = self.warmed == self.warmup_steps
+        if not done and self.learnt_steps >= warmup.SETTLED_STEPS:
+            self.log(f"warm-up: every policy has followed what its source plays (SFT loss "
+                     f"below {warmup.CARRIED} nats a token) for {warmup.SETTLED_STEPS} steps "
+                     f"in a row; RL starts after step {self.warmed} of at most "
+                     f"{self.warmup_steps}")
+            self.warmup_steps, done = self.warmed, True
         if self.warmed % cfg.eval_every == 0 or done:
             with_habits = cfg.warmup_source == "random" and cfg.warmup_prior != "uniform"
             evaluated, records = self.evaluate(sampled=True,
