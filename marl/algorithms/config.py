@@ -156,9 +156,12 @@ class TrainConfig(BaseModel):
     habit_strength: float = Field(
         1.0, gt=0, le=1, description="habits, ciphers: probability that an agent says its "
         "habit in the warm-up's episodes (else a fresh random message).")
-    warmup_steps: int = Field(600, ge=0, description="Optimizer steps of the warm-up, at "
-                              "most: it ends once every policy has followed what its source "
-                              "plays for 10 steps in a row (SFT loss below 0.01 nats a token).")
+    warmup_steps: int = Field(600, ge=0, description="Optimizer steps of the warm-up (at "
+                              "most, with warmup_until_learnt).")
+    warmup_until_learnt: bool = Field(
+        False, description="End the warm-up once every policy has followed what its source "
+        "plays for 10 steps in a row (SFT loss below 0.01 nats a token); off: all "
+        "warmup_steps run (the suite's figure: docs/learning.md, section 1.7).")
     warmup_pretrained: bool = Field(
         False, description="Also warm up hf and vllm policies (pretrained models already "
         "write well-formed text; by default only tiny models, trained from scratch, do).")

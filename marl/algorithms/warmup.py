@@ -349,8 +349,9 @@ def learnt(step: int, stages: int, steps: int, loss_max: float, below: int) -> i
     """Steps in a row, up to warm-up step ``step`` (of at most ``steps``, counted from 0),
     in which every policy followed what the source plays: its SFT loss below
     :data:`CARRIED` nats a token, with every curriculum stage joined (:func:`warmup_stage`);
-    ``below`` is the count before this step. The warm-up ends at :data:`SETTLED_STEPS`:
-    more steps of the same targets teach nothing new, and RL gets their time.
+    ``below`` is the count before this step. With ``warmup_until_learnt`` the warm-up ends
+    at :data:`SETTLED_STEPS`: more steps of the same targets teach nothing new, and RL
+    gets their time.
 
     >>> [learnt(s, 1, 600, 0.005, s) for s in range(3)]
     [1, 2, 3]

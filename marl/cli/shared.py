@@ -80,7 +80,8 @@ def eval_text(row: dict[str, Any]) -> str:
 
 class progress_bar:
     """A progress bar on a terminal; otherwise the text of every ``every``-th update (and
-    the last) as a plain line. The context gives ``tick(completed, text)``."""
+    the last) as a plain line. The context gives ``tick(completed, text, total=None)``
+    (``total``: a new length, for work that turned out shorter)."""
 
     def __init__(self, label: str, total: int, done: int = 0, every: int = 1,
                  transient: bool = True):
@@ -96,10 +97,11 @@ class progress_bar:
             self.bar.start()
             task = self.bar.add_task(self.label, total=self.total, completed=self.done,
                                      text="")
-            return lambda completed, text: self.bar.update(task, completed=completed,
-                                                           text=text)
+            return lambda completed, text, total=None: self.bar.update(
+                task, completed=completed, text=text, total=total or self.total)
 
-        def tick(completed: int, text: str) -> None:
+        def tick(completed: int, text: str, total: int | None = None) -> None:
+            self.total = total or self.total
             if completed % self.every == 0 or completed == self.total:
                 err.print(text, highlight=False)
 

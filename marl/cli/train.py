@@ -47,8 +47,9 @@ def train(
     calls = len(team.ids) * team.rounds
     tokens = predict_team(team).total.total
     warming = [t.name for t in trainer.warming]
-    warmup = (f"{trainer.warmup_steps} warm-up steps on the {cfg.warmup_source} policy's "
-              f"messages ({', '.join(warming)}), then " if warming else "")
+    most = "up to " if cfg.warmup_until_learnt else ""
+    warmup = (f"{most}{trainer.warmup_steps} warm-up steps on the {cfg.warmup_source} "
+              f"policy's messages ({', '.join(warming)}), then " if warming else "")
     pretrained = [t.name for t in trainer.learner.trainables if t.name not in warming]
     if cfg.warmup and pretrained:
         out.print(f"no format warm-up for {', '.join(pretrained)}: pretrained (hf, vllm) "
@@ -75,7 +76,8 @@ def train(
     total = trainer.warmup_steps + cfg.iterations
     with progress_bar("train", total, trainer.step_count, transient=False) as tick:
         try:
-            summary = trainer.train(progress=lambda row: tick(row["step"], _row_text(row)))
+            summary = trainer.train(progress=lambda row: tick(
+                row["step"], _row_text(row), trainer.warmup_steps + cfg.iterations))
         except KeyboardInterrupt:
             err.print(f"interrupted after iteration {trainer.iteration}; continue with "
                       f"marl train {scenario} --out {target} --resume", highlight=False)

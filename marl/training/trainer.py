@@ -214,8 +214,9 @@ class Trainer(Checkpoints):
                "sft_loss": stats["sft_loss"], "grad_norm": stats["grad_norm"],
                "skipped_updates": stats["skipped"]}
         self._guard(stats)
-        self.learnt_steps = warmup.learnt(self.warmed - 1, len(self.teams), cfg.warmup,
-                                          stats["sft_loss_max"], self.learnt_steps)
+        if cfg.warmup_until_learnt:
+            self.learnt_steps = warmup.learnt(self.warmed - 1, len(self.teams), cfg.warmup,
+                                              stats["sft_loss_max"], self.learnt_steps)
         done = self.warmed == self.warmup_steps
         if not done and self.learnt_steps >= warmup.SETTLED_STEPS:
             self.log(f"warm-up: every policy has followed what its source plays (SFT loss "

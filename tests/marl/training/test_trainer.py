@@ -565,6 +565,24 @@ def test_kill_and_resume_inside_the_warmup(toy, tmp_path):
     assert [r["phase"] for r in full] == ["warmup"] * 5 + ["rl"] * 3
 
 
+def test_the_warmup_ends_once_learnt_and_a_resumed_run_stays_past_it(tmp_path):
+    """With warmup_until_learnt, signal's habits (a letter per object, an answer per
+    letter), learnt exactly long before 600 steps, end the warm-up once every policy's SFT
+    loss has stayed below 0.01 for 10 steps; a run killed after that resumes in RL as the
+    uninterrupted one went on (not back in the warm-up). Without it every step runs (the
+    test above: 200 of 200)."""
+    team = load_team(ROOT / "scenarios" / "signal.yaml")
+    cfg = TrainConfig(iterations=4, eval_every=2, eval_episodes=8, checkpoint_every=2,
+                      episodes_per_iter=4, warmup_until_learnt=True)
+    full, again = kill_and_resume(team, cfg, tmp_path, kill_at=3, resume_from=2)
+    assert again == full
+    warm = [r for r in full if r["phase"] == "warmup"]
+    assert len(warm) < 300 and [r["phase"] for r in full[len(warm):]] == ["rl"] * 4
+    assert all(r["sft_loss"] < 0.01 for r in warm[-10:]) and warm[0]["sft_loss"] > 1
+    summary = json.loads((tmp_path / "killed" / "summary.json").read_text())
+    assert summary["warmup_steps"] == len(warm)
+
+
 def relay_team():
     data = yaml.safe_load((ROOT / "scenarios" / "relay_chain.yaml").read_text())
     return load_team(data)
