@@ -569,8 +569,8 @@ def test_the_warmup_ends_once_learnt_and_a_resumed_run_stays_past_it(tmp_path):
     """With warmup_until_learnt, signal's habits (a letter per object, an answer per
     letter), learnt exactly long before 600 steps, end the warm-up once every policy's SFT
     loss has stayed below 0.01 for 10 steps; a run killed after that resumes in RL as the
-    uninterrupted one went on (not back in the warm-up). Without it every step runs (the
-    test above: 200 of 200)."""
+    uninterrupted one went on (not back in the warm-up). Without it every step runs
+    (test_random_warmup_teaches_the_format_and_nothing_else: 200 of 200)."""
     team = load_team(ROOT / "scenarios" / "signal.yaml")
     cfg = TrainConfig(iterations=4, eval_every=2, eval_episodes=8, checkpoint_every=2,
                       episodes_per_iter=4, warmup_until_learnt=True)
