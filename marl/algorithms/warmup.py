@@ -320,8 +320,17 @@ def warmup_stage(step: int, stages: int, steps: int) -> int:
     >>> [warmup_stage(s, 3, 9) for s in range(9)]
     [0, 0, 0, 1, 0, 1, 0, 1, 2]
     """
-    joined = min(stages, step * stages // max(steps, 1) + 1)
-    return step % joined
+    return step % stages_joined(step, stages, steps)
+
+
+def stages_joined(step: int, stages: int, steps: int) -> int:
+    """How many curriculum stages have joined the warm-up by step ``step`` (of ``steps``):
+    stage ``k`` joins after ``k / stages`` of it.
+
+    >>> [stages_joined(s, 3, 9) for s in (0, 3, 6)]
+    [1, 2, 3]
+    """
+    return min(stages, step * stages // max(steps, 1) + 1)
 
 
 def warmup_step(trainables: Sequence[Trainable], teams: Sequence[Team], cfg: TrainConfig,
@@ -348,7 +357,7 @@ def warmup_step(trainables: Sequence[Trainable], teams: Sequence[Team], cfg: Tra
 def learnt(step: int, stages: int, steps: int, loss_max: float, below: int) -> int:
     """Steps in a row, up to warm-up step ``step`` (of at most ``steps``, counted from 0),
     in which every policy followed what the source plays: its SFT loss below
-    :data:`CARRIED` nats a token, with every curriculum stage joined (:func:`warmup_stage`);
+    :data:`CARRIED` nats a token, with every curriculum stage joined (:func:`stages_joined`);
     ``below`` is the count before this step. With ``warmup_until_learnt`` the warm-up ends
     at :data:`SETTLED_STEPS`: more steps of the same targets teach nothing new, and RL
     gets their time.
@@ -358,7 +367,7 @@ def learnt(step: int, stages: int, steps: int, loss_max: float, below: int) -> i
     >>> learnt(5, 1, 600, 0.2, 5), learnt(0, 2, 600, 0.005, 0)  # a stage has not joined
     (0, 0)
     """
-    joined = step * stages // max(steps, 1) + 1 >= stages
+    joined = stages_joined(step, stages, steps) == stages
     return below + 1 if joined and loss_max < CARRIED else 0
 
 
