@@ -19,14 +19,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from marl.policies.kv_reuse import (
-    KVStore,
-    Reuse,
-    Stored,
-    prefix_levels,
-    stem_groups,
-    stem_length,
-)
+from marl.policies.kv_reuse import KVStore, Reuse, Stored, stem_groups, stem_length
 
 
 class CausalLM(Protocol):
@@ -271,9 +264,9 @@ def score(model: CausalLM, prompts: Sequence[Sequence[int]],
     position's support tokens as one outcome (:func:`lumped_kl`). Uses the same
     temperature convention as :func:`generate`.
 
-    Rows that repeat a prompt share its forward pass: the distinct prompts run once, as a
-    tree of the prefixes they share, each prefix once (:func:`prefix_tree`), and every
-    completion continues from its prompt's (differentiable) cache.
+    Rows that repeat a prompt share its forward pass: the distinct prompts run once (a
+    stem they all share, once, when that pays), and every completion continues from its
+    prompt's (differentiable) cache.
     """
     # Grouped once for both passes (the policy's and the reference's).
     groups = stem_groups([tuple(p) for p in prompts]) if any(completions) else []
@@ -352,8 +345,8 @@ def _log_dist(model: CausalLM, prompts: Sequence[Sequence[int]],
               groups: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-distributions ``(B, n, V)`` before each completion token (temperature-scaled)
     and the tokens ``(B, n)``, left-aligned. With two or more ``groups`` of rows
-    (:func:`stem_groups`: prompts of very different shapes, as the agents of one shared
-    policy may read) the rows are scored group by group."""
+    (:func:`stem_groups`: prompts that part early and then share long stems in groups, as
+    the agents of one shared policy do) the rows are scored group by group."""
     n = max(len(c) for c in completions)
     if len(groups) < 2:
         return _log_dist_group(model, prompts, completions, pad_id, temperature)
@@ -380,12 +373,16 @@ def _log_dist_group(model: CausalLM, prompts: Sequence[Sequence[int]],
     n = max(len(c) for c in completions)
     distinct: dict[tuple[int, ...], int] = {}
     rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-    cuts = prefix_levels(list(distinct))[0] if n else []
-    if n == 0 or (len(distinct) == len(rows) and len(cuts) == 1):
+    stem = stem_length(list(distinct)) if n else 0
+    if n == 0 or (len(distinct) == len(rows) and not stem):
         logits, targets = _logits_whole(model, prompts, completions, pad_id, n)
+    elif stem and 2 * len(distinct) > len(rows):
+        # Most rows have a prompt of their own (a listener's G prompts differ in the message
+        # read): the stem runs once, then every row its rest and completion.
+        logits, targets = _logits_after_stem(model, [tuple(p) for p in prompts], stem,
+                                             completions, pad_id, n)
     else:
-        logits, targets = _logits_tree(model, list(distinct), rows, cuts, completions,
-                                       pad_id, n)
+        logits, targets = _logits_shared(model, list(distinct), rows, completions, pad_id, n)
     logits = logits.float()
     if temperature > 0:
         logits = logits / temperature
@@ -410,13 +407,13 @@ def _logits_whole(model: CausalLM, prompts: Sequence[Sequence[int]],
     return logits, ids[:, -n:].gather(1, shift)
 
 
-def _logits_tree(model: CausalLM, distinct: list[tuple[int, ...]], rows: list[int],
-                 cuts: list[int], completions: Sequence[Sequence[int]], pad_id: int,
-                 n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """As :func:`_logits_whole`, running each distinct prompt once, as a tree of shared
-    prefixes cut at ``cuts`` (:func:`prefix_levels`): ``rows[i]`` is row i's prompt in
-    ``distinct``."""
-    last, mask, cache, _ = prefix_tree(model, model.prefix, distinct, cuts, n, pad_id)
+def _logits_shared(model: CausalLM, distinct: list[tuple[int, ...]], rows: list[int],
+                   completions: Sequence[Sequence[int]], pad_id: int,
+                   n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """As :func:`_logits_whole`, running each distinct prompt once: ``rows[i]`` is row
+    i's prompt in ``distinct``."""
+    ids, mask = left_pad(distinct, pad_id, model.device)
+    last, cache = model.prefix(ids, mask, n)
     index = torch.tensor(rows, device=model.device)
     cache = model.expand(cache, index)
     targets, filled = _targets(completions, pad_id, n, model.device)
@@ -430,42 +427,21 @@ def _logits_tree(model: CausalLM, distinct: list[tuple[int, ...]], rows: list[in
     return torch.cat([first, after], 1), targets
 
 
-def prefix_tree(model: CausalLM, start: Callable[..., tuple[torch.Tensor, Any]],
-                prompts: list[tuple[int, ...]], cuts: list[int], room: int,
-                pad_id: int) -> tuple[torch.Tensor, torch.Tensor, Any, int]:
-    """Run distinct ``prompts`` level by level, cut at depths ``cuts`` (the last, the longest
-    prompt's length; :func:`prefix_levels`): level j runs the tokens ``d_{j-1}..d_j`` of
-    every distinct ``p[:d_j]`` once, after its parent's keys and values, left-padded (a
-    prompt that ended earlier runs padding). ``start`` runs the first level (the model's
-    ``prefill``, or ``prefix`` to score). Returns the logits of each prompt's last token
-    ``(P, V)``, the mask ``(P, W)`` and the cache of the prompts in order, with room for
-    ``room`` more positions, and the positions run."""
-    device = model.device
-    depth, ran = 0, 0
-    lasts: list[torch.Tensor] = []
-    order: list[int] = []
-    mask = cache = where = None
-    for d in cuts:
-        nodes = list(dict.fromkeys(p[:d] for p in prompts))
-        ids, new = left_pad([node[depth:] for node in nodes], pad_id, device)
-        if where is None:
-            last, cache = start(ids, new, room + cuts[-1] - d)
-            mask = new
-        else:
-            parent = torch.tensor([where[node[:depth]] for node in nodes], device=device)
-            mask = torch.cat([mask[parent], new], 1)
-            logits, cache = model.extend(ids, mask, model.expand(cache, parent))
-            last = logits[:, -1]
-        where = {node: i for i, node in enumerate(nodes)}
-        ending = [k for k, p in enumerate(prompts) if depth < len(p) <= d]
-        lasts.append(last[torch.tensor([where[prompts[k]] for k in ending], dtype=torch.long,
-                                       device=device)])
-        order += ending
-        ran += ids.numel()
-        depth = d
-    inverse = torch.empty(len(order), dtype=torch.long, device=device)
-    inverse[torch.tensor(order, device=device)] = torch.arange(len(order), device=device)
-    return torch.cat(lasts)[inverse], mask, cache, ran
+def _logits_after_stem(model: CausalLM, prompts: list[tuple[int, ...]], stem: int,
+                       completions: Sequence[Sequence[int]], pad_id: int,
+                       n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """As :func:`_logits_whole`, running the prompts' common ``stem`` tokens once
+    (:func:`_stem`), then, in one pass, every row's ``S`` last prompt tokens and its
+    completion."""
+    plan = _stem(model.prefix, prompts, stem, model.device)
+    cache = model.gather(plan[0], plan[1] + n) if plan is not None else None
+    if cache is None:
+        return _logits_whole(model, prompts, completions, pad_id, n)
+    rest, mask = _rest(prompts, *plan, pad_id, model.device)  # (B, S)
+    targets, filled = _targets(completions, pad_id, n, model.device)
+    ids = torch.cat([rest, targets[:, :-1]], 1)
+    logits, _ = model.extend(ids, torch.cat([mask, filled[:, :-1]], 1), cache)
+    return logits[:, rest.shape[1] - 1 :], targets
 
 
 def _targets(completions: Sequence[Sequence[int]], pad_id: int, n: int,

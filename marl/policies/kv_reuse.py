@@ -13,9 +13,7 @@ parameter has changed in place (:meth:`KVStore.sync`).
 
 The same machinery shares work inside one call: prompts that begin with a long common
 stem (the G listener prompts of a group differ only in the message they read) run the stem
-once, through a one-row store (:func:`stem_length`), instead of once per prompt. Scoring
-goes further: a batch's prompts run as a tree of the prefixes they share (the stem, then
-each task instance's part, then each message; :func:`prefix_levels`), each prefix once.
+once, through a one-row store (:func:`stem_length`), instead of once per prompt.
 """
 
 from __future__ import annotations
@@ -29,10 +27,6 @@ from typing import Any
 import torch
 
 from marl.tokenizer import common_prefix
-
-#: Positions a level of :func:`prefix_levels` is charged beyond its tokens (a call, a copy
-#: of the parents' K/V).
-LEVEL_COST = 64
 
 
 @dataclass
@@ -183,15 +177,14 @@ def stem_length(prompts: Sequence[tuple[int, ...]], ratio: float = 0.5) -> int:
 
 def stem_groups(prompts: Sequence[tuple[int, ...]], most: int = 16) -> list[list[int]]:
     """The prompts' indices split into at most ``most`` groups, each scored on its own
-    with its own tree of prefixes, where that costs less than one call: a policy shared by
-    several agents reads prompts that part early (at the agent's name), and one agent's
-    long prompts would have another's short ones run padding through every level. A group
-    is split where its prompts part, by the token there, while the split saves
-    (:func:`positions`). One group: nothing to gain.
+    with its own stem, where that runs fewer positions than one call: a policy shared by
+    several agents reads prompts that part early (at the agent's name) and then run long
+    stems per agent. A group is split where its prompts part, by the token there, while
+    the split saves positions (:func:`positions`). One group: nothing to gain.
 
-    >>> stem = tuple(range(3, 63))
-    >>> stem_groups([(1,) + stem + (t,) for t in (7, 8, 9)] + [(2, t, 5) for t in range(4)])
-    [[0, 1, 2], [3, 4, 5, 6]]
+    >>> stem = tuple(range(3, 43))
+    >>> stem_groups([(1,) + stem + (t,) for t in (7, 8, 9)] + [(2,) + stem + (7,)])
+    [[0, 1, 2], [3]]
     >>> stem_groups([(1, 5), (2, 5)])
     [[0, 1]]
     """
@@ -216,52 +209,16 @@ def stem_groups(prompts: Sequence[tuple[int, ...]], most: int = 16) -> list[list
 
 
 def positions(prompts: Sequence[tuple[int, ...]]) -> int:
-    """What scoring ``prompts`` in one call costs: each distinct prompt run once, as a tree
-    of shared prefixes (:func:`prefix_levels`: positions, plus a charge per level).
+    """Positions the model runs to score ``prompts`` in one call: each distinct prompt
+    padded to the longest, less the stem's repeats where a stem pays (:func:`stem_length`).
 
-    >>> positions([(1, 2, 3), (1, 2, 3), (4, 5)]) - LEVEL_COST
+    >>> positions([(1, 2, 3), (1, 2, 3), (4, 5)])
     6
     """
-    return prefix_levels(prompts)[1]
-
-
-def prefix_levels(prompts: Sequence[tuple[int, ...]], overhead: int = LEVEL_COST,
-                  most: int = 8) -> tuple[list[int], int]:
-    """How to run ``prompts`` as a tree of shared prefixes: depths ``d_1 < ... < d_m`` (the
-    last, the longest prompt's length; at most ``most``) and what that costs.
-
-    Level j runs, in one batch, the tokens ``d_{j-1}..d_j`` of every distinct ``p[:d_j]``
-    once (a prompt that ended earlier is a row of padding there), after its parent's K/V.
-    The depths minimise the positions run plus ``overhead`` per level; a cut is worth
-    placing only where prompts part just after it.
-
-    >>> stem = (1, 2, 3, 4, 5, 6)
-    >>> prompts = [stem + (7, 8, 9, 9, 9, 9, 9), stem + (7, 8, 9, 9, 9, 9, 8),
-    ...            stem + (6, 8, 9, 9, 9, 9, 9)]
-    >>> prefix_levels(prompts, overhead=0)  # 6 + 2 * 6 + 3 * 1 positions, not 3 * 13
-    ([6, 12, 13], 21)
-    >>> prefix_levels(prompts, overhead=10)  # one level less: 6 + 3 * 7 + 2 * 10
-    ([6, 13], 47)
-    """
-    distinct = sorted(set(prompts))
+    distinct = list(dict.fromkeys(prompts))
     longest = max(map(len, distinct))
-    parts = [common_prefix(a, b) for a, b in zip(distinct, distinct[1:], strict=False)]
-
-    def rows(d: int) -> int:  # distinct p[:d]
-        return 1 + sum(n < d for n in parts)
-
-    cuts = sorted({n for n in parts if 0 < n < longest} | {longest})
-    # best[(d, k)]: the cheapest way to run every prompt's first d tokens in k levels
-    best: dict[tuple[int, int], tuple[int, list[int]]] = {(0, 0): (0, [])}
-    for d in cuts:
-        for (a, k), (cost, path) in list(best.items()):
-            if a >= d or k >= most:
-                continue
-            option = (cost + rows(d) * (d - a) + overhead, path + [d])
-            if (d, k + 1) not in best or option[0] < best[(d, k + 1)][0]:
-                best[(d, k + 1)] = option
-    cost, path = min(v for (d, _), v in best.items() if d == longest)
-    return path, cost
+    stem = stem_length(distinct)
+    return stem + len(distinct) * (longest - stem)
 
 
 def _longest_prefix(entries: list[tuple[tuple[int, ...], int, int]],

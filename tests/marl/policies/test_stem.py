@@ -1,6 +1,5 @@
 """Prompts that share a long stem (a listener's G prompts differ only in the message it
-read) run the stem once, when sampling and when scoring, and scoring runs each prefix that
-several prompts share once (a tree of prefixes): same results, fewer positions."""
+read) run the stem once, when sampling and when scoring: same results, fewer positions."""
 
 import random
 
@@ -8,15 +7,8 @@ import pytest
 import torch
 
 from marl.policies import generation
-from marl.policies.generation import Sampling, generate, prefix_tree, score
-from marl.policies.kv_reuse import (
-    LEVEL_COST,
-    KVStore,
-    Stored,
-    prefix_levels,
-    stem_groups,
-    stem_length,
-)
+from marl.policies.generation import Sampling, generate, score
+from marl.policies.kv_reuse import KVStore, Stored, stem_groups, stem_length
 from tests.marl.policies.conftest import BACKENDS, backend_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -65,67 +57,24 @@ def test_scoring_after_a_shared_stem_equals_scoring_each_row_alone(backend, requ
     prompts = listener_prompts()
     rng = random.Random(1)
     comps = [tuple(rng.randrange(3, 90) for _ in range(rng.randint(1, 5))) for _ in prompts]
-    cuts = []
-    tree = generation._logits_tree
-    monkeypatch.setattr(generation, "_logits_tree",
-                        lambda *a, **k: cuts.append(a[3]) or tree(*a, **k))
-    assert_scored_as_alone(model, module, pad, prompts, comps)
-    assert cuts == [[40, max(map(len, prompts))]], "the stem did not run once"
-
-
-def assert_scored_as_alone(model, module, pad: int, prompts: list, comps: list) -> None:
-    """Scoring ``prompts`` and ``comps`` together gives each row's log-probs, entropies and
-    gradients as scoring it alone does (an empty completion: nothing to score)."""
-    lp, mask, ent = score(model, prompts, comps, pad_id=pad, entropy=True)
-    ((lp * mask).sum() + ent.sum()).backward()
-    together = [p.grad.clone() for p in module.parameters()]
-    module.zero_grad()
-    alone = [score(model, [p], [c or (3,)], pad_id=pad, entropy=True)
-             for p, c in zip(prompts, comps, strict=True)]
-    sum((a * m).sum() + e.sum() for (a, m, e), c in zip(alone, comps, strict=True)
-        if c).backward()
-    for i, (a, _, e) in enumerate(alone):
-        n = len(comps[i])
-        torch.testing.assert_close(lp[i, :n], a[0, :n], atol=1e-5, rtol=0)
-        torch.testing.assert_close(ent[i, :n], e[0, :n], atol=1e-5, rtol=0)
-        assert mask[i].sum() == n and not lp[i, n:].any() and not ent[i, n:].any()
-    for g, p in zip(together, module.parameters(), strict=True):
-        torch.testing.assert_close(g, p.grad, atol=1e-5, rtol=1e-4)
-
-
-def tree_prompts(seed: int = 0) -> list[tuple[int, ...]]:
-    """Three levels of sharing, as a listener's prompts in a batch have: an 80-token stem,
-    three task instances of 24 tokens each, and per instance four rows that differ in a
-    two-token message before a common 3-token tail (one row repeated)."""
-    rng = random.Random(seed)
-    draw = lambda n: tuple(rng.randrange(3, 90) for _ in range(n))  # noqa: E731
-    stem, tail = draw(80), draw(3)
-    prompts = [stem + instance + draw(2) + tail
-               for instance in (draw(24) for _ in range(3)) for _ in range(4)]
-    return prompts + prompts[:1]
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_tree_of_prefixes_runs_each_shared_prefix_once(backend, request, monkeypatch):
-    model, module, pad = make(backend, request)
-    prompts = tree_prompts()
-    distinct = list(dict.fromkeys(prompts))
-    cuts, cost = prefix_levels(distinct)
-    assert cuts == [80, 104, 109]
-    last, mask, _, ran = prefix_tree(model, model.prefix, distinct, cuts, 1, pad)
-    assert ran == 80 + 3 * 24 + 12 * 5 == cost - 3 * LEVEL_COST  # against 12 * 109 whole
-    ids, full = generation.left_pad(distinct, pad)
-    torch.testing.assert_close(last, model.logits(ids, full)[:, -1], atol=1e-5, rtol=0)
-    assert torch.equal(mask.sum(1), full.sum(1))
-    rng = random.Random(3)
-    comps = [tuple(rng.randrange(3, 90) for _ in range(rng.randint(1, 4))) for _ in prompts]
-    comps[4] = ()
     used = []
-    tree = generation._logits_tree
-    monkeypatch.setattr(generation, "_logits_tree",
-                        lambda *a, **k: used.append(a[3]) or tree(*a, **k))
-    assert_scored_as_alone(model, module, pad, prompts, comps)
-    assert used == [cuts]
+    after_stem = generation._logits_after_stem
+    monkeypatch.setattr(generation, "_logits_after_stem",
+                        lambda *a, **k: used.append(1) or after_stem(*a, **k))
+    lp, mask, ent = score(model, prompts, comps, pad_id=pad, entropy=True)
+    assert used, "the stem path was not taken"
+    ((lp * mask).sum() + ent.sum()).backward()
+    shared = [p.grad.clone() for p in module.parameters()]
+    module.zero_grad()
+    alone = [score(model, [p], [c], pad_id=pad, entropy=True)
+             for p, c in zip(prompts, comps, strict=True)]
+    sum((a * m).sum() + e.sum() for a, m, e in alone).backward()
+    for i, (a, _, e) in enumerate(alone):
+        torch.testing.assert_close(lp[i, : len(comps[i])], a[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(ent[i, : len(comps[i])], e[0], atol=1e-5, rtol=0)
+        assert mask[i].sum() == len(comps[i])
+    for g, p in zip(shared, module.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad, atol=1e-5, rtol=1e-4)
 
 
 def test_stem_length_counts_only_what_pays():
@@ -174,29 +123,33 @@ def agent_prompts(agents: int = 3, rows: int = 4, seed: int = 0) -> list[tuple[i
     return out
 
 
-def long_and_short_prompts() -> list[tuple[int, ...]]:
-    """One agent's four prompts share a 60-token stem; another's six are 3 tokens long."""
-    stem = tuple(range(3, 63))
-    return [(1,) + stem + (t,) for t in (7, 8, 9, 10)] + [(2, t, 5) for t in range(6)]
-
-
-def test_prompts_are_grouped_only_where_one_tree_would_run_padding():
+def test_prompts_that_part_at_the_agent_are_grouped_by_agent():
     prompts = agent_prompts()
     assert stem_length(prompts) == 0  # no stem for all of them
-    # One tree: each agent's stem once at the first level, then every row's message.
-    assert prefix_levels(prompts) == ([35, 38], 3 * 35 + 12 * 3 + 2 * LEVEL_COST)
-    assert stem_groups(prompts) == [list(range(12))]
-    # In one tree the short prompts would run padding through the long ones' stem.
-    mixed = long_and_short_prompts()
-    assert stem_groups(mixed) == [[0, 1, 2, 3], list(range(4, 10))]
-    assert stem_groups(mixed, most=1) == [list(range(10))]
+    assert stem_groups(prompts) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert stem_groups(prompts, most=2) == [list(range(12))]  # three groups are too many
+    assert stem_groups(listener_prompts()) == [list(range(12))]  # one stem already pays
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_scoring_group_by_group_equals_scoring_each_row_alone(backend, request):
     model, module, pad = make(backend, request)
-    prompts = long_and_short_prompts()
+    prompts = agent_prompts()
     rng = random.Random(2)
     comps = [tuple(rng.randrange(3, 90) for _ in range(rng.randint(1, 4))) for _ in prompts]
     comps[5] = ()  # a row with nothing to score
-    assert_scored_as_alone(model, module, pad, prompts, comps)
+    lp, mask, ent = score(model, prompts, comps, pad_id=pad, entropy=True)
+    ((lp * mask).sum() + ent.sum()).backward()
+    grouped = [p.grad.clone() for p in module.parameters()]
+    module.zero_grad()
+    alone = [score(model, [p], [c or (3,)], pad_id=pad, entropy=True)
+             for p, c in zip(prompts, comps, strict=True)]
+    sum((a * m).sum() + e.sum() for (a, m, e), c in zip(alone, comps, strict=True)
+        if c).backward()
+    for i, (a, _, e) in enumerate(alone):
+        n = len(comps[i])
+        torch.testing.assert_close(lp[i, :n], a[0, :n], atol=1e-5, rtol=0)
+        torch.testing.assert_close(ent[i, :n], e[0, :n], atol=1e-5, rtol=0)
+        assert mask[i].sum() == n and not lp[i, n:].any() and not ent[i, n:].any()
+    for g, p in zip(grouped, module.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad, atol=1e-5, rtol=1e-4)
